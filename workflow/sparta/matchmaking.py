@@ -1,0 +1,183 @@
+"""Who fights whom: the paper's match-making system (section 2), pure and seeded.
+
+Prompts of an iteration are drawn, split into rounds, and given a first combatant so that
+in every block of m prompts (m = pool size) each member is first once, as the authors'
+code does. The opponent is drawn per duel: with probability alpha uniformly among the other
+members, otherwise uniformly among the k members whose reputation is closest.
+
+All randomness comes from numpy Generators derived from (seed, iteration, round, stream),
+so the same inputs give the same duel table on any machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from . import tables
+
+# independent random streams; changing one never shifts another
+_STREAM_PROMPTS = 0
+_STREAM_FIRSTS = 1
+_STREAM_OPPONENTS = 2
+
+
+class PoolError(ValueError):
+    """The pool or the match-making settings cannot work."""
+
+
+@dataclass(frozen=True)
+class MatchParams:
+    """Match-making settings (paper section 2; defaults from the paper's run script)."""
+
+    alpha: float = 0.6
+    """Probability that the opponent is drawn uniformly from the other members."""
+    top_k: int = 5
+    """Otherwise the opponent is drawn among the k members closest in reputation."""
+    randomness: bool = True
+    """Ablation 'w/o randomness in match': False sets alpha to 0 (always top-k)."""
+    top_k_restriction: bool = True
+    """Ablation 'w/o top-k match': False draws every opponent uniformly (alpha = 1)."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.alpha <= 1.0:
+            raise PoolError(f"matchmaking alpha must be in [0, 1], got {self.alpha}")
+        if int(self.top_k) != self.top_k or self.top_k < 1:
+            raise PoolError(f"matchmaking top_k must be an integer >= 1, got {self.top_k}")
+
+    @property
+    def effective_alpha(self) -> float:
+        if not self.top_k_restriction:
+            return 1.0
+        if not self.randomness:
+            return 0.0
+        return self.alpha
+
+
+def check_pool(members: Sequence[str]) -> list[str]:
+    members = list(members)
+    if len(members) < 3:
+        raise PoolError(
+            f"a Sparta pool needs at least 3 members (2 combatants and 1 judge), got "
+            f"{len(members)}: {members}"
+        )
+    dupes = sorted({m for m in members if members.count(m) > 1})
+    if dupes:
+        raise PoolError(f"member names must be unique; repeated: {dupes}")
+    return members
+
+
+def rng_for(seed: int, iteration: int, round_: int, stream: int) -> np.random.Generator:
+    """The Generator of one (seed, iteration, round, stream); independent of all others."""
+    return np.random.default_rng(np.random.SeedSequence([seed, iteration, round_, stream]))
+
+
+def draw_prompts(prompts: pd.DataFrame, n: int, seed: int, iteration: int) -> pd.DataFrame:
+    """The prompts of one iteration: n drawn without replacement (all, shuffled, if n >= len)."""
+    if len(prompts) == 0:
+        raise PoolError("the prompt table is empty")
+    rng = rng_for(seed, iteration, 0, _STREAM_PROMPTS)
+    order = rng.permutation(len(prompts))[: min(n, len(prompts))]
+    return prompts.iloc[order].reset_index(drop=True)
+
+
+def first_combatants(n: int, m: int, rng: np.random.Generator) -> np.ndarray:
+    """Member indices of the first combatant of n duels: each member first once per block of m."""
+    blocks = [rng.permutation(m) for _ in range(-(-n // m))]
+    return np.concatenate(blocks)[:n] if blocks else np.zeros(0, dtype=int)
+
+
+def round_sizes(n: int, rounds: int) -> list[int]:
+    """Split n duels into `rounds` contiguous rounds of near-equal size (earlier ones larger)."""
+    if rounds < 1:
+        raise PoolError(f"rounds_per_iteration must be >= 1, got {rounds}")
+    base, extra = divmod(n, rounds)
+    return [base + (1 if r < extra else 0) for r in range(rounds)]
+
+
+def plan_iteration(
+    prompts: pd.DataFrame,
+    members: Sequence[str],
+    n_prompts: int,
+    rounds: int,
+    seed: int,
+    iteration: int,
+) -> pd.DataFrame:
+    """Prompts, round and first combatant of every duel of an iteration (opponents come later,
+    per round, from the reputations at the start of that round)."""
+    members = check_pool(members)
+    drawn = draw_prompts(prompts, n_prompts, seed, iteration)
+    firsts = first_combatants(len(drawn), len(members), rng_for(seed, iteration, 0, _STREAM_FIRSTS))
+    sizes = round_sizes(len(drawn), rounds)
+    plan = drawn.copy()
+    plan["iteration"] = iteration
+    plan["round"] = np.repeat(np.arange(len(sizes)), sizes)
+    plan["position"] = np.arange(len(drawn))
+    plan["model_a"] = [members[i] for i in firsts]
+    return plan
+
+
+def pick_opponent(
+    first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator
+) -> int:
+    """Index of the opponent of member ``first`` (never ``first`` itself).
+
+    It consumes the same randomness whatever the branch (m + 1 uniforms), so one duel's
+    branch never shifts the draws of the duels after it.
+    """
+    m = len(reputations)
+    others = np.array([j for j in range(m) if j != first])
+    u, pick = rng.random(2)
+    tiebreak = rng.random(len(others))
+    if u < params.effective_alpha:
+        pool = others
+    else:
+        k = min(int(params.top_k), len(others))
+        distance = np.abs(reputations[others] - reputations[first])
+        # ties in distance are broken at random, so equal reputations favour nobody
+        pool = others[np.lexsort((tiebreak, distance))[:k]]
+    return int(pool[int(pick * len(pool))])
+
+
+def match_round(
+    plan: pd.DataFrame,
+    members: Sequence[str],
+    reputations: Mapping[str, float],
+    params: MatchParams,
+    seed: int,
+    round_: int,
+) -> pd.DataFrame:
+    """The duel table of one round: the planned duels of that round with their opponents,
+    drawn against the reputations at the start of the round."""
+    members = check_pool(members)
+    missing = [m for m in members if m not in reputations]
+    if missing:
+        raise PoolError(f"no reputation for member(s) {missing}")
+    rep = np.array([float(reputations[m]) for m in members])
+    index = {m: i for i, m in enumerate(members)}
+    rows = plan[plan["round"] == round_]
+    if len(rows) == 0:
+        return tables.empty("duels")
+    iteration = int(rows["iteration"].iloc[0])
+    rng = rng_for(seed, iteration, round_, _STREAM_OPPONENTS)
+    opponents = [members[pick_opponent(index[a], rep, params, rng)] for a in rows["model_a"]]
+    return pd.DataFrame(
+        {
+            "iteration": rows["iteration"].astype("int32").to_numpy(),
+            "round": rows["round"].astype("int32").to_numpy(),
+            "duel_id": [duel_id(iteration, p) for p in rows["position"]],
+            "prompt_id": rows["prompt_id"].astype(str).to_numpy(),
+            "prompt": rows["prompt"].astype(str).to_numpy(),
+            "answer": rows["answer"].to_numpy() if "answer" in rows else None,
+            "model_a": rows["model_a"].to_numpy(),
+            "model_b": opponents,
+        }
+    )
+
+
+def duel_id(iteration: int, position: int) -> str:
+    """Duel ids are unique across a run and sort in play order: ``t01-00042``."""
+    return f"t{iteration:02d}-{position:05d}"

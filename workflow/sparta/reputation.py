@@ -1,0 +1,497 @@
+"""Judgment aggregation, the reputation update (paper Eq. 1), down-weighting (appendix C.1)
+and preference selection; plus the literal sequential loop of Algorithm 1.
+
+Pure Python and numpy: no model, no heavy import. Every constant is a field of
+:class:`ReputationParams`; its defaults are the authors' code's values, and
+``ReputationParams.preset("paper")`` follows the paper's text instead.
+
+Eq. (1), for a duel of members i and i' with aggregated scores s_i and s_i'::
+
+    R_i <- max(floor, R_i + kappa_n * (s_i - s_i') * tanh(sigma_i)
+                           * max(|Phi(z_i) - Phi(z_i')|, eps) / scale)
+    z_i = (R_i - R_i') / sqrt(sigma_i^2 + sigma_i'^2),  z_i' = -z_i
+
+with kappa_n = max(kappa_min, kappa_start * kappa_decay ** (n / kappa_decay_steps)), n the
+1-based count of verdicts so far in the iteration (this duel included), as the authors'
+code counts. Both members are updated from their pre-duel values. The change actually
+applied (after the floor) joins the member's window of recent deltas; once the window holds
+``min_deltas`` or more, sigma = max(std(window, ddof), sigma_min).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import tables
+from .matchmaking import MatchParams, check_pool, duel_id, pick_opponent, plan_iteration, rng_for
+
+_STREAM_OPPONENTS = 2  # same stream as matchmaking.match_round
+_SQRT2 = math.sqrt(2.0)
+
+
+class AggregationError(ValueError):
+    """Judgments or duels that do not fit the pool or each other."""
+
+
+@dataclass(frozen=True)
+class ReputationParams:
+    """Constants of the reputation system. Defaults: the authors' code (see README table)."""
+
+    kappa_start: float = 10.0
+    """K_0: kappa at the start of an iteration (paper: kappa = 1)."""
+    kappa_min: float = 5.0
+    """K_min: kappa never decays below this."""
+    kappa_decay: float = 0.9
+    """kappa_n = max(K_min, K_0 * decay ** (n / decay_steps))."""
+    kappa_decay_steps: float = 10.0
+    kappa_restart_each_iteration: bool = True
+    """The duel counter n restarts at every iteration (authors' code)."""
+    scale: float = 20.0
+    """Divisor of every update (authors' default mode; the paper has none, i.e. 1)."""
+    eps: float = 0.01
+    """Lower bound of |Phi(z_i) - Phi(z_i')|."""
+    window: int = 10
+    """N: the deviation is the std of a member's last N reputation changes."""
+    sigma_min: float = 0.1
+    ddof: int = 0
+    """Delta degrees of freedom of that std: 0 in the authors' code (numpy), 1 in the paper."""
+    min_deltas: int = 2
+    """The deviation is recomputed only once the window holds this many changes."""
+    floor: float = 10.0
+    """Reputations never go below this."""
+    initial_reputation: float = 100.0
+    initial_deviation: float = 0.5
+    updates: bool = True
+    """Ablation 'w/o reputation updates': False keeps every reputation at its initial value."""
+    downweighting: bool = True
+    """Appendix C.1 judge down-weighting; False is the ablation 'w/o downweighting'."""
+    downweight_gamma: float = 0.1
+    """The j-th member down-weighted (0-based) gets judge weight gamma * j."""
+    downweight_start: int = 2
+    """First iteration (1-based) that down-weights a member."""
+    downweight_max: int | None = None
+    """At most this many members are ever down-weighted (None: no cap, as the authors)."""
+
+    def __post_init__(self):
+        problems = []
+        if self.scale <= 0:
+            problems.append(f"scale must be > 0, got {self.scale}")
+        if self.eps < 0:
+            problems.append(f"eps must be >= 0, got {self.eps}")
+        if self.window < 2:
+            problems.append(f"window must be >= 2, got {self.window}")
+        if self.sigma_min <= 0:
+            problems.append(f"sigma_min must be > 0, got {self.sigma_min}")
+        if self.ddof not in (0, 1):
+            problems.append(f"ddof must be 0 or 1, got {self.ddof}")
+        if self.min_deltas < self.ddof + 1:
+            problems.append(f"min_deltas must be > ddof, got {self.min_deltas}")
+        if self.initial_reputation < self.floor:
+            problems.append(
+                f"initial_reputation ({self.initial_reputation}) is below the floor ({self.floor})"
+            )
+        if self.initial_deviation <= 0:
+            problems.append(f"initial_deviation must be > 0, got {self.initial_deviation}")
+        if self.kappa_decay_steps <= 0:
+            problems.append(f"kappa_decay_steps must be > 0, got {self.kappa_decay_steps}")
+        if problems:
+            raise ValueError("reputation settings: " + "; ".join(problems))
+
+    @classmethod
+    def preset(cls, name: str = "authors", **overrides) -> ReputationParams:
+        """``authors`` (their code's constants) or ``paper`` (kappa = 1, no divisor, ddof 1);
+        keyword overrides win over the preset."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown reputation preset {name!r}; choose one of {sorted(PRESETS)}")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown reputation setting(s) {sorted(unknown)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+
+PRESETS: dict[str, dict] = {
+    "authors": {},
+    "paper": {"kappa_start": 1.0, "kappa_min": 1.0, "scale": 1.0, "ddof": 1},
+}
+
+
+def kappa(n: int, params: ReputationParams) -> float:
+    """kappa for the n-th verdict (1-based) of an iteration."""
+    decayed = params.kappa_start * params.kappa_decay ** (n / params.kappa_decay_steps)
+    return max(params.kappa_min, decayed)
+
+
+@dataclass
+class PoolState:
+    """Live reputation state of the pool; mutated in place by :func:`update`."""
+
+    members: list[str]
+    reputation: list[float]
+    deviation: list[float]
+    weight: list[float]
+    downweighted_at: list[int | None]
+    deltas: list[list[float]]
+    duels_this_iteration: int = 0
+    iteration: int = 0
+    round: int = -1
+    index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.index = {m: i for i, m in enumerate(self.members)}
+
+    @classmethod
+    def initial(cls, members: Sequence[str], params: ReputationParams) -> PoolState:
+        members = check_pool(members)
+        m = len(members)
+        return cls(
+            members=members,
+            reputation=[float(params.initial_reputation)] * m,
+            deviation=[float(params.initial_deviation)] * m,
+            weight=[1.0] * m,
+            downweighted_at=[None] * m,
+            deltas=[[] for _ in range(m)],
+        )
+
+    def copy(self) -> PoolState:
+        return PoolState(
+            members=list(self.members),
+            reputation=list(self.reputation),
+            deviation=list(self.deviation),
+            weight=list(self.weight),
+            downweighted_at=list(self.downweighted_at),
+            deltas=[list(d) for d in self.deltas],
+            duels_this_iteration=self.duels_this_iteration,
+            iteration=self.iteration,
+            round=self.round,
+        )
+
+    def reputations(self) -> dict[str, float]:
+        return dict(zip(self.members, self.reputation, strict=True))
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "iteration": self.iteration,
+                "round": self.round,
+                "member": self.members,
+                "reputation": self.reputation,
+                "deviation": self.deviation,
+                "judge_weight": self.weight,
+                "downweighted_at": pd.array(self.downweighted_at, dtype="Int32"),
+                "recent_deltas": [list(d) for d in self.deltas],
+                "duels_this_iteration": self.duels_this_iteration,
+            }
+        )
+
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> PoolState:
+        if len(df) == 0:
+            raise AggregationError("the state table is empty")
+        dw = [None if pd.isna(x) else int(x) for x in df["downweighted_at"]]
+        return cls(
+            members=[str(m) for m in df["member"]],
+            reputation=[float(x) for x in df["reputation"]],
+            deviation=[float(x) for x in df["deviation"]],
+            weight=[float(x) for x in df["judge_weight"]],
+            downweighted_at=dw,
+            deltas=[[float(v) for v in d] for d in df["recent_deltas"]],
+            duels_this_iteration=int(df["duels_this_iteration"].iloc[0]),
+            iteration=int(df["iteration"].iloc[0]),
+            round=int(df["round"].iloc[0]),
+        )
+
+
+def begin_iteration(state: PoolState, iteration: int, params: ReputationParams) -> PoolState:
+    """Start iteration ``iteration`` (1-based): restart kappa and apply appendix C.1.
+
+    From ``downweight_start`` on, the member with the lowest reputation (at the end of the
+    previous iteration) not yet down-weighted gets judge weight gamma * (members down-weighted
+    before it): 0.0, then 0.1, 0.2, ... A weight, once given, is kept. Idempotent per iteration.
+    """
+    if iteration != state.iteration:
+        state.iteration = iteration
+        state.round = -1
+        if params.kappa_restart_each_iteration:
+            state.duels_this_iteration = 0
+    already = [t for t in state.downweighted_at if t is not None]
+    cap = len(state.members) if params.downweight_max is None else params.downweight_max
+    if (
+        params.downweighting
+        and iteration >= params.downweight_start
+        and iteration not in already
+        and len(already) < cap
+    ):
+        candidates = [i for i, t in enumerate(state.downweighted_at) if t is None]
+        if candidates:
+            # lowest reputation first; ties go to the member listed first
+            chosen = min(candidates, key=lambda i: (state.reputation[i], i))
+            state.weight[chosen] = params.downweight_gamma * len(already)
+            state.downweighted_at[chosen] = iteration
+    return state
+
+
+def _std(values: list[float], ddof: int) -> float:
+    n = len(values)
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - ddof))
+
+
+def update(
+    state: PoolState, a: int, b: int, score_a: float, score_b: float, params: ReputationParams
+) -> tuple[float, float, float, float, float]:
+    """Apply Eq. (1) to members a and b (indices) in place, from their pre-duel values.
+
+    Returns (kappa, reputation_a, deviation_a, reputation_b, deviation_b) after the update.
+    """
+    state.duels_this_iteration += 1
+    k = kappa(state.duels_this_iteration, params)
+    if not params.updates:
+        return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
+    ra, rb = state.reputation[a], state.reputation[b]
+    sa, sb = state.deviation[a], state.deviation[b]
+    z = (ra - rb) / math.sqrt(sa * sa + sb * sb)
+    # Phi(z) - Phi(-z) = erf(z / sqrt 2)
+    surprise = max(abs(math.erf(z / _SQRT2)), params.eps)
+    gap = (score_a - score_b) * k * surprise / params.scale
+    for i, r, s, g in ((a, ra, sa, gap), (b, rb, sb, -gap)):
+        new = max(r + g * math.tanh(s), params.floor)
+        window = state.deltas[i]
+        window.append(new - r)
+        if len(window) > params.window:
+            del window[0]
+        state.reputation[i] = new
+        if len(window) >= params.min_deltas:
+            state.deviation[i] = max(_std(window, params.ddof), params.sigma_min)
+    return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
+
+
+def weighted_mean(scores: dict[str, float | None], state: PoolState) -> tuple[float | None, int]:
+    """Reputation-weighted mean of judge scores (paper's Aggregate): judges with a null score
+    are left out of numerator and denominator. Returns (mean or None, judges used)."""
+    num = den = 0.0
+    used = 0
+    for judge, s in scores.items():
+        if s is None or (isinstance(s, float) and math.isnan(s)):
+            continue
+        j = state.index[judge]
+        w = state.weight[j] * state.reputation[j]
+        num += w * s
+        den += w
+        used += 1
+    return (num / den if den > 0 else None), used
+
+
+def decide(score_a: float | None, score_b: float | None) -> str:
+    if score_a is None or score_b is None:
+        return "no_verdict"
+    if score_a > score_b:
+        return "a"
+    if score_b > score_a:
+        return "b"
+    return "tie"
+
+
+def _record(state, duel, s_a, s_b, n_a, n_b, before, after, k, outcome) -> tuple:
+    return (
+        state.iteration, state.round, duel[0], duel[1], duel[2], s_a, s_b, n_a, n_b,
+        before[0], after[0], before[1], after[1], before[2], after[2], before[3], after[3],
+        k, outcome,
+    )  # fmt: skip
+
+
+def _history_frame(rows: list[tuple]) -> pd.DataFrame:
+    if not rows:
+        return tables.empty("history")
+    return pd.DataFrame(rows, columns=tables.columns("history"))
+
+
+def _preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome) -> dict:
+    won_a = outcome == "a"
+    return {
+        "iteration": state.iteration,
+        "round": state.round,
+        "duel_id": duel_id,
+        "prompt_id": prompt_id,
+        "prompt": prompt,
+        "chosen": ya if won_a else yb,
+        "rejected": yb if won_a else ya,
+        "chosen_model": a if won_a else b,
+        "rejected_model": b if won_a else a,
+        "chosen_score": s_a if won_a else s_b,
+        "rejected_score": s_b if won_a else s_a,
+        "margin": abs(s_a - s_b),
+    }
+
+
+def _preferences_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty(
+        "preferences"
+    )
+
+
+def judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, duel_key) -> tuple[tuple, str]:
+    """Decide one duel and, unless it has no verdict, update reputations. Returns the
+    history row and the outcome."""
+    ia, ib = state.index[a], state.index[b]
+    before = (state.reputation[ia], state.deviation[ia], state.reputation[ib], state.deviation[ib])
+    outcome = decide(s_a, s_b)
+    if outcome == "no_verdict":
+        k = float("nan")
+        after = before
+    else:
+        k, *after = update(state, ia, ib, s_a, s_b, params)
+    nan = float("nan")
+    row = _record(
+        state, duel_key, nan if s_a is None else s_a, nan if s_b is None else s_b,
+        n_a, n_b, before, tuple(after), k, outcome,
+    )  # fmt: skip
+    return row, outcome
+
+
+def aggregate_round(
+    state: PoolState,
+    duels: pd.DataFrame,
+    responses: pd.DataFrame,
+    judgments: pd.DataFrame,
+    params: ReputationParams,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Aggregate one round's judgments and update ``state`` duel by duel, in table order.
+
+    Returns (history rows, preference pairs, counts). Each duel uses the judges' live
+    reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
+    """
+    if len(duels):
+        state.round = int(duels["round"].iloc[0])
+    n = len(duels)
+    members = pd.Index(state.members)
+    a_idx = members.get_indexer(duels["model_a"])
+    b_idx = members.get_indexer(duels["model_b"])
+    bad = sorted(set(duels["model_a"][a_idx < 0]) | set(duels["model_b"][b_idx < 0]))
+    if bad:
+        raise AggregationError(f"duels name unknown member(s) {bad}; pool is {state.members}")
+    if (a_idx == b_idx).any():
+        raise AggregationError("a duel pairs a member with itself")
+    if duels["duel_id"].duplicated().any():
+        raise AggregationError("duel ids repeat within the round")
+
+    duel_index = pd.Index(duels["duel_id"])
+    pos = duel_index.get_indexer(judgments["duel_id"])
+    if (pos < 0).any():
+        extra = sorted(set(judgments["duel_id"][pos < 0]))[:5]
+        raise AggregationError(f"judgments refer to duel(s) not in this round: {extra}")
+    judge = members.get_indexer(judgments["judge"])
+    if (judge < 0).any():
+        unknown = sorted(set(judgments["judge"][judge < 0]))
+        raise AggregationError(f"judgments name unknown judge(s) {unknown}; pool is {state.members}")
+    target = members.get_indexer(judgments["target"])
+    side = np.where(target == a_idx[pos], 0, np.where(target == b_idx[pos], 1, -1))
+    if (side < 0).any():
+        row = judgments[side < 0].iloc[0]
+        raise AggregationError(
+            f"judgment of {row['judge']} in duel {row['duel_id']} targets {row['target']}, "
+            f"who is not in that duel"
+        )
+    score = judgments["score"].to_numpy(dtype=float, na_value=np.nan)
+    usable = np.isfinite(score) & (judge != a_idx[pos]) & (judge != b_idx[pos])
+    out_of_range = usable & ((score < 1) | (score > 10))
+    if out_of_range.any():
+        raise AggregationError(f"judge scores must lie in [1, 10]; got {score[out_of_range][:5]}")
+    key = (pos * 2 + side) * len(members) + judge
+    if pd.Series(key).duplicated().any():
+        raise AggregationError("a judge scored the same response of a duel twice")
+
+    # group usable judgments by (duel, side), then walk the duels in order
+    pos, side, judge, score = pos[usable], side[usable], judge[usable], score[usable]
+    order = np.lexsort((judge, side, pos))
+    slot = (pos * 2 + side)[order]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(slot, minlength=2 * n))]).tolist()
+    judges = judge[order].tolist()
+    scores = score[order].tolist()
+
+    texts = {}
+    if len(responses):
+        texts = dict(zip(zip(responses["duel_id"], responses["model"]), responses["response"]))
+    rep, weight = state.reputation, state.weight  # live lists: updates show at once
+    history, prefs = [], []
+    counts = {"duels": n, "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
+    cols = [duels[c].tolist() for c in ("duel_id", "model_a", "model_b", "prompt_id", "prompt")]
+    for d, (duel_id, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
+        means = []
+        for s in (0, 1):
+            num = den = 0.0
+            lo, hi = bounds[2 * d + s], bounds[2 * d + s + 1]
+            for j, x in zip(judges[lo:hi], scores[lo:hi]):
+                w = weight[j] * rep[j]
+                num += w * x
+                den += w
+            means.append((num / den if den > 0 else None, hi - lo))
+        (s_a, n_a), (s_b, n_b) = means
+        row, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (duel_id, a, b))
+        history.append(row)
+        counts[outcome] += 1
+        if outcome in ("a", "b"):
+            ya, yb = texts.get((duel_id, a)), texts.get((duel_id, b))
+            if ya is None or yb is None:
+                raise AggregationError(f"duel {duel_id} has judgments but no response of {a}/{b}")
+            prefs.append(_preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
+    return _history_frame(history), _preferences_frame(prefs), counts
+
+
+# --- the literal Algorithm 1 -------------------------------------------------------------
+
+Respond = Callable[[str, str], str]
+"""respond(member, prompt) -> response"""
+Judge = Callable[[str, str, str], "float | None"]
+"""judge(judge_member, prompt, response) -> score in [1, 10], or None when unusable"""
+
+
+def run_sequential(
+    prompts: pd.DataFrame,
+    members: Sequence[str],
+    respond: Respond,
+    judge: Judge,
+    iterations: int,
+    prompts_per_iteration: int,
+    seed: int,
+    match: MatchParams,
+    params: ReputationParams,
+    train: Callable[[int, pd.DataFrame], None] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, PoolState]:
+    """Algorithm 1, duel by duel, with match-making on live reputations.
+
+    Each duel is its own round, so this is the reference the staged workflow must equal when
+    run with one duel per round. ``train(iteration, preferences)`` stands for the DPO step.
+    Returns (history, preferences, final state).
+    """
+    state = PoolState.initial(members, params)
+    history, prefs = [], []
+    for t in range(1, iterations + 1):
+        begin_iteration(state, t, params)
+        plan = plan_iteration(prompts, members, prompts_per_iteration, prompts_per_iteration, seed, t)
+        new_prefs = []
+        for row in plan.itertuples(index=False):
+            state.round = int(row.round)
+            rng = rng_for(seed, t, state.round, _STREAM_OPPONENTS)
+            ia = state.index[row.model_a]
+            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)]
+            ya, yb = respond(a, row.prompt), respond(b, row.prompt)
+            judges = [k for k in state.members if k not in (a, b)]
+            s_a, n_a = weighted_mean({k: judge(k, row.prompt, ya) for k in judges}, state)
+            s_b, n_b = weighted_mean({k: judge(k, row.prompt, yb) for k in judges}, state)
+            key = duel_id(t, int(row.position))
+            record, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (key, a, b))
+            history.append(record)
+            if outcome in ("a", "b"):
+                new_prefs.append(
+                    _preference(state, key, row.prompt_id, row.prompt, a, b, ya, yb, s_a, s_b, outcome)
+                )
+        prefs.extend(new_prefs)
+        if train is not None:
+            train(t, _preferences_frame(new_prefs))
+    return _history_frame(history), _preferences_frame(prefs), state

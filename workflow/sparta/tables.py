@@ -1,0 +1,184 @@
+"""Parquet schemas of the tables the stages exchange, and atomic read/write helpers.
+
+This is the one place that knows column names and types. Every writer goes through
+:func:`write`, which casts to the schema and renames a finished temporary file into place,
+so a killed job never leaves a file that looks complete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_str = pa.string()
+_i32 = pa.int32()
+_f64 = pa.float64()
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # one row per prompt of a task split (alignment, validation, test)
+    "prompts": pa.schema(
+        [("prompt_id", _str), ("prompt", _str), ("answer", _str), ("domain", _str)]
+    ),
+    # one row per duel, in the order the duels are played
+    "duels": pa.schema(
+        [
+            ("iteration", _i32),
+            ("round", _i32),
+            ("duel_id", _str),
+            ("prompt_id", _str),
+            ("prompt", _str),
+            ("answer", _str),
+            ("model_a", _str),
+            ("model_b", _str),
+        ]
+    ),
+    # one row per (duel, combatant)
+    "responses": pa.schema(
+        [
+            ("duel_id", _str),
+            ("model", _str),
+            ("response", _str),
+            ("n_tokens", _i32),
+            ("finish_reason", _str),
+        ]
+    ),
+    # one row per (duel, judge, combatant); score is null when the output was unusable
+    "judgments": pa.schema(
+        [
+            ("duel_id", _str),
+            ("judge", _str),
+            ("target", _str),
+            ("score", _f64),
+            ("raw", _str),
+            ("error", _str),
+            ("truncated", pa.bool_()),
+        ]
+    ),
+    # one row per duel in update order
+    "history": pa.schema(
+        [
+            ("iteration", _i32),
+            ("round", _i32),
+            ("duel_id", _str),
+            ("model_a", _str),
+            ("model_b", _str),
+            ("score_a", _f64),
+            ("score_b", _f64),
+            ("n_judges_a", _i32),
+            ("n_judges_b", _i32),
+            ("reputation_a_before", _f64),
+            ("reputation_a_after", _f64),
+            ("deviation_a_before", _f64),
+            ("deviation_a_after", _f64),
+            ("reputation_b_before", _f64),
+            ("reputation_b_after", _f64),
+            ("deviation_b_before", _f64),
+            ("deviation_b_after", _f64),
+            ("kappa", _f64),
+            ("outcome", _str),
+        ]
+    ),
+    # one row per member: the reputation state after a round
+    "state": pa.schema(
+        [
+            ("iteration", _i32),
+            ("round", _i32),
+            ("member", _str),
+            ("reputation", _f64),
+            ("deviation", _f64),
+            ("judge_weight", _f64),
+            ("downweighted_at", _i32),
+            ("recent_deltas", pa.list_(_f64)),
+            ("duels_this_iteration", pa.int64()),
+        ]
+    ),
+    # one row per kept duel: what DPO trains on
+    "preferences": pa.schema(
+        [
+            ("iteration", _i32),
+            ("round", _i32),
+            ("duel_id", _str),
+            ("prompt_id", _str),
+            ("prompt", _str),
+            ("chosen", _str),
+            ("rejected", _str),
+            ("chosen_model", _str),
+            ("rejected_model", _str),
+            ("chosen_score", _f64),
+            ("rejected_score", _f64),
+            ("margin", _f64),
+        ]
+    ),
+}
+
+OUTCOMES = ("a", "b", "tie", "no_verdict")
+
+
+class TableError(ValueError):
+    """A table on disk or in memory does not match its schema."""
+
+
+def columns(kind: str) -> list[str]:
+    return list(_schema(kind).names)
+
+
+def empty(kind: str) -> pd.DataFrame:
+    """An empty frame with the columns and dtypes of a table."""
+    return _schema(kind).empty_table().to_pandas()
+
+
+def to_arrow(df: pd.DataFrame, kind: str) -> pa.Table:
+    schema = _schema(kind)
+    missing = [c for c in schema.names if c not in df.columns]
+    if missing:
+        raise TableError(f"{kind} table is missing column(s) {missing}")
+    try:
+        return pa.Table.from_pandas(df[schema.names], schema=schema, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise TableError(f"{kind} table does not fit its schema: {e}") from e
+
+
+def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
+    """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``."""
+    table = to_arrow(df, kind)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
+    """Read a table and check it has the columns of ``kind`` (extra columns are kept)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{kind} table not found: {path}")
+    table = pq.read_table(path)
+    missing = [c for c in _schema(kind).names if c not in table.column_names]
+    if missing:
+        raise TableError(f"{path} is not a {kind} table: missing column(s) {missing}")
+    return table.to_pandas()
+
+
+def read_many(paths, kind: str) -> pd.DataFrame:
+    frames = [read(p, kind) for p in paths]
+    if not frames:
+        return empty(kind)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _schema(kind: str) -> pa.Schema:
+    try:
+        return SCHEMAS[kind]
+    except KeyError:
+        raise TableError(f"unknown table kind {kind!r}; known: {sorted(SCHEMAS)}") from None
