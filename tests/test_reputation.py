@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from sparta import tables
 from sparta.reputation import (
     AggregationError,

@@ -4,7 +4,6 @@ loop when every round holds one duel, including through Parquet round trips."""
 import zlib
 
 import pandas as pd
-
 from sparta import tables
 from sparta.matchmaking import MatchParams, match_round, plan_iteration
 from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration, run_sequential
@@ -71,7 +70,7 @@ def test_staged_with_one_duel_per_round_equals_sequential(tmp_path):
         assert len(h1) == 36 and len(p1) > 10
         assert set(h1["outcome"]) >= {"a", "b"}
         assert h1["reputation_a_after"].nunique() > 10  # reputations really moved
-        assert (s1.weight != [1.0] * 5)  # down-weighting took effect in iterations 2-3
+        assert s1.weight != [1.0] * 5  # down-weighting took effect in iterations 2-3
         pd.testing.assert_frame_equal(h1, h2, check_dtype=False)
         pd.testing.assert_frame_equal(p1, p2, check_dtype=False)
         assert s1.reputation == s2.reputation and s1.deltas == s2.deltas

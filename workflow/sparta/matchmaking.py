@@ -120,9 +120,7 @@ def plan_iteration(
     return plan
 
 
-def pick_opponent(
-    first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator
-) -> int:
+def pick_opponent(first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator) -> int:
     """Index of the opponent of member ``first`` (never ``first`` itself).
 
     It consumes the same randomness whatever the branch (m + 1 uniforms), so one duel's

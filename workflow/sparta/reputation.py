@@ -330,9 +330,7 @@ def _preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outco
 
 
 def _preferences_frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty(
-        "preferences"
-    )
+    return pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty("preferences")
 
 
 def judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, duel_key) -> tuple[tuple, str]:
@@ -421,7 +419,7 @@ def aggregate_round(
     history, prefs = [], []
     counts = {"duels": n, "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
     cols = [duels[c].tolist() for c in ("duel_id", "model_a", "model_b", "prompt_id", "prompt")]
-    for d, (duel_id, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
+    for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
         means = []
         for s in (0, 1):
             num = den = 0.0
@@ -432,14 +430,14 @@ def aggregate_round(
                 den += w
             means.append((num / den if den > 0 else None, hi - lo))
         (s_a, n_a), (s_b, n_b) = means
-        row, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (duel_id, a, b))
+        row, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (did, a, b))
         history.append(row)
         counts[outcome] += 1
         if outcome in ("a", "b"):
-            ya, yb = texts.get((duel_id, a)), texts.get((duel_id, b))
+            ya, yb = texts.get((did, a)), texts.get((did, b))
             if ya is None or yb is None:
-                raise AggregationError(f"duel {duel_id} has judgments but no response of {a}/{b}")
-            prefs.append(_preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
+                raise AggregationError(f"duel {did} has judgments but no response of {a}/{b}")
+            prefs.append(_preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
     return _history_frame(history), _preferences_frame(prefs), counts
 
 

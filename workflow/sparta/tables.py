@@ -21,9 +21,7 @@ _f64 = pa.float64()
 
 SCHEMAS: dict[str, pa.Schema] = {
     # one row per prompt of a task split (alignment, validation, test)
-    "prompts": pa.schema(
-        [("prompt_id", _str), ("prompt", _str), ("answer", _str), ("domain", _str)]
-    ),
+    "prompts": pa.schema([("prompt_id", _str), ("prompt", _str), ("answer", _str), ("domain", _str)]),
     # one row per duel, in the order the duels are played
     "duels": pa.schema(
         [

@@ -1,0 +1,21 @@
+# Sparta Alignment as a Snakemake workflow: see README.md and the paper.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/pool.smk"
+include: "rules/combat.smk"
+include: "rules/judge.smk"
+include: "rules/reputation.smk"
+include: "rules/train.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,108 @@
+# Validation, wildcard constraints and input functions; no rules.
+import re
+
+from snakemake.utils import validate
+
+from sparta import config as sparta_config
+
+
+validate(config, schema="../workflow/schemas/config.schema.yaml")
+sparta_config.check(config, workflow.basedir)
+
+EXP = config["experiment"]
+MEMBERS = [m["name"] for m in config["members"]]
+MEMBER_SPECS = {m["name"]: m for m in config["members"]}
+ITERATIONS = list(range(1, config["iterations"] + 1))
+ROUNDS = list(range(config["matchmaking"]["rounds_per_iteration"]))
+LAST_ROUND = ROUNDS[-1]
+GGUF_BASES = [k for k, v in config["base_models"].items() if "gguf_file" in v]
+
+
+wildcard_constraints:
+    exp=re.escape(EXP),
+    t=r"\d+",
+    r=r"\d+",
+    member="|".join(map(re.escape, MEMBERS)),
+    judge="|".join(map(re.escape, MEMBERS)),
+    base="|".join(map(re.escape, GGUF_BASES)) or "NO_GGUF_BASE",
+    split="alignment|validation|test",
+
+
+def base_folder(member):
+    return sparta_config.base_folder(config, MEMBER_SPECS[member]["base"])
+
+
+def base_marker(wildcards):
+    """The config.json of a member's base: ties a member to the rule that builds its base."""
+    return f"{base_folder(wildcards.member)}/config.json"
+
+
+def member_json(wildcards, member=None, t=None):
+    """member.json of a member as it enters iteration t (the output of iteration t - 1)."""
+    t = int(wildcards.t) if t is None else t
+    member = member or getattr(wildcards, "member", None) or wildcards.judge
+    return f"results/{EXP}/iter_{t - 1}/members/{member}/member.json"
+
+
+def judge_member_json(wildcards):
+    return member_json(wildcards, member=wildcards.judge)
+
+
+def previous_state(wildcards):
+    """The reputation state a round starts from: the previous round's, or the previous
+    iteration's last round, or the initial state."""
+    t, r = int(wildcards.t), int(wildcards.r)
+    if r > 0:
+        return f"results/{EXP}/iter_{t}/round_{r - 1}/state.parquet"
+    if t > 1:
+        return f"results/{EXP}/iter_{t - 1}/round_{LAST_ROUND}/state.parquet"
+    return f"results/{EXP}/iter_0/state.parquet"
+
+
+def round_responses(wildcards):
+    return expand(
+        "results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet",
+        exp=EXP, t=wildcards.t, r=wildcards.r, member=MEMBERS,
+    )
+
+
+def round_judgments(wildcards):
+    return expand(
+        "results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet",
+        exp=EXP, t=wildcards.t, r=wildcards.r, judge=MEMBERS,
+    )
+
+
+def iteration_preferences(wildcards):
+    return expand(
+        "results/{exp}/iter_{t}/round_{r}/preferences.parquet", exp=EXP, t=wildcards.t, r=ROUNDS
+    )
+
+
+def iteration_states(wildcards):
+    return expand(
+        "results/{exp}/iter_{t}/round_{r}/state.parquet", exp=EXP, t=wildcards.t, r=ROUNDS
+    )
+
+
+def all_histories(wildcards):
+    return expand(
+        "results/{exp}/iter_{t}/round_{r}/history.parquet", exp=EXP, t=ITERATIONS, r=ROUNDS
+    )
+
+
+def sft_data(wildcards):
+    domain = MEMBER_SPECS[wildcards.member].get("sft_domain")
+    return f"{config['sft']['data_dir']}/{domain}.jsonl" if domain else []
+
+
+def final_outputs():
+    return [
+        f"results/{EXP}/reputation_history.parquet",
+        f"results/{EXP}/final_state.parquet",
+        *expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
+        *expand(
+            "results/{exp}/iter_{t}/members/{member}/member.json",
+            exp=EXP, t=config["iterations"], member=MEMBERS,
+        ),
+    ]

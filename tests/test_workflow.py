@@ -1,0 +1,175 @@
+"""The whole workflow on tiny random models: outputs, determinism, resumption, bad input,
+unparseable judges. Each run is a real `snakemake` process over the real rules."""
+
+import signal
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+import torch
+from sparta import tables
+
+from .tiny import build_tiny_model
+from .workflow_helpers import read_all, run_snakemake, snakemake_cmd, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
+EXP = "results/tiny"
+
+
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_base") / "model")
+
+
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory, tiny_base):
+    root = tmp_path_factory.mktemp("run_a")
+    cfg = write_config(root, tiny_config(tiny_base))
+    proc = run_snakemake(root / "work", cfg)
+    return root / "work", proc
+
+
+@pytest.fixture(scope="module")
+def run_b(tmp_path_factory, tiny_base):
+    """The same config, interrupted (SIGTERM, as Ctrl-C or a scheduler would) during
+    iteration 1 once some judges finished, then resumed with the same command."""
+    root = tmp_path_factory.mktemp("run_b")
+    cfg = write_config(root, tiny_config(tiny_base))
+    work = root / "work"
+    log = open(root / "first.log", "w")
+    proc = subprocess.Popen(snakemake_cmd(work, cfg), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 900
+    judged = work / EXP / "iter_1" / "round_0" / "judgments"
+    while time.time() < deadline and proc.poll() is None:
+        if judged.is_dir() and any(judged.glob("*.parquet")):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGTERM)
+    first_rc = proc.wait(timeout=300)
+    log.close()
+    finished = {
+        p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.suffix in (".parquet", ".json")
+    }
+    second = run_snakemake(work, cfg)
+    return work, first_rc, finished, second
+
+
+def _tables(work, pattern):
+    df = read_all(work, pattern).drop(columns="_file")
+    return df.sort_values(list(df.columns[:3])).reset_index(drop=True)
+
+
+def test_outputs_of_a_whole_run(run_a):
+    work, _ = run_a
+    history = pd.read_parquet(work / EXP / "reputation_history.parquet")
+    assert len(history) == 2 * 6
+    assert sorted(history["iteration"].unique()) == [1, 2]
+    assert set(history["outcome"]) <= set(tables.OUTCOMES)
+    state = pd.read_parquet(work / EXP / "final_state.parquet")
+    assert sorted(state["member"]) == ["ann", "bob", "cid"]
+    assert (state["judge_weight"] < 1).sum() == 1  # iteration 2 down-weighted one judge
+    judgments = read_all(work, f"{EXP}/iter_1/round_*/judgments/*.parquet")
+    assert judgments["score"].notna().all()  # expected mode always gives a score
+    assert (judgments["judge"] != judgments["target"]).all()
+    prefs = read_all(work, f"{EXP}/iter_*/preferences.parquet")
+    assert len(prefs) > 0 and (prefs["chosen_model"] != prefs["rejected_model"]).all()
+    assert (prefs["chosen_score"] > prefs["rejected_score"]).all()
+    kept = history[history["outcome"].isin(["a", "b"])]
+    assert sorted(kept["duel_id"]) == sorted(prefs["duel_id"])
+    for name in ("logs/iter_1/round_0/aggregate.log", "benchmarks/iter_1/round_0/combat_ann.tsv",
+                 "benchmarks/iter_2/dpo_cid.tsv"):  # fmt: skip
+        assert (work / EXP / name).is_file(), name
+
+
+def test_members_chain_and_adapters_are_standard_peft(run_a):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from sparta.models import MemberSpec
+    from transformers import AutoModelForCausalLM
+
+    work, _ = run_a
+    specs = {t: MemberSpec.read(work / EXP / f"iter_{t}/members/ann/member.json") for t in (0, 1, 2)}
+    weights = {t: load_file(f"{specs[t].adapter}/adapter_model.safetensors") for t in (0, 1, 2)}
+    assert weights[0].keys() == weights[2].keys()
+    moved = [k for k in weights[0] if not torch.equal(weights[0][k], weights[2][k])]
+    assert moved, "DPO did not change the adapter"
+    base = AutoModelForCausalLM.from_pretrained(specs[2].base)
+    model = PeftModel.from_pretrained(base, specs[2].adapter)
+    assert set(model.peft_config) == {"default"}  # TRL's frozen "ref" copy is not saved
+    fresh = MemberSpec.read(work / EXP / "iter_2/members/cid/member.json")
+    assert fresh.adapter is not None  # a member without an adapter gets one from its first DPO
+
+
+def test_same_seed_gives_identical_tables(run_a, run_b):
+    a, b = run_a[0], run_b[0]
+    for pattern in (f"{EXP}/iter_*/round_*/duels.parquet", f"{EXP}/iter_*/round_*/judgments/*.parquet",
+                    f"{EXP}/iter_*/preferences.parquet"):  # fmt: skip
+        pd.testing.assert_frame_equal(_tables(a, pattern), _tables(b, pattern))
+
+
+def test_resume_after_interruption_reruns_nothing_finished(run_a, run_b):
+    work, first_rc, finished, second = run_b
+    assert first_rc != 0
+    done = [p.relative_to(work).as_posix() for p in finished]
+    assert any("iter_0/members" in p for p in done) and any("iter_1/round_0/duels" in p for p in done)
+    for path, mtime in finished.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was rewritten on resume"
+    assert (work / EXP / "final_state.parquet").is_file()
+    pd.testing.assert_frame_equal(
+        _tables(run_a[0], f"{EXP}/iter_*/preferences.parquet"),
+        _tables(work, f"{EXP}/iter_*/preferences.parquet"),
+    )
+
+
+def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_base):
+    """Also the path with two rounds per iteration: round 1 is matched on round 0's state."""
+    cfg = tiny_config(
+        tiny_base, "garbled", iterations=1, judge={"mode": "generate", "max_new_tokens": 6},
+        members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
+        matchmaking={"rounds_per_iteration": 2}, prompts={"per_iteration": 4},
+    )  # fmt: skip
+    run_snakemake(tmp_path / "work", write_config(tmp_path, cfg))
+    out = tmp_path / "work" / "results" / "garbled"
+    judgments = read_all(tmp_path / "work", "results/garbled/iter_1/round_0/judgments/*.parquet")
+    nulls = judgments["score"].isna()
+    assert nulls.sum() > 0 and judgments.loc[nulls, "error"].notna().all()
+    assert (judgments["raw"] != "").any()
+    log = (out / "logs/iter_1/round_0/aggregate.log").read_text()
+    assert "judgments unusable" in log
+    judge_logs = " ".join(p.read_text() for p in (out / "logs/iter_1/round_0").glob("judge_*.log"))
+    assert "had no usable score" in judge_logs
+    history = pd.read_parquet(out / "reputation_history.parquet")
+    assert sorted(history["round"].unique()) == [0, 1] and len(history) == 4
+    assert (out / "final_state.parquet").is_file()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"base_models": {"tiny": {"path": "/no/such/model"}}}, "base_models.tiny.path"),
+        ({"iteratons": 3}, "iteratons"),
+        ({"judge": {"mode": "pairwise"}}, "pairwise"),
+        ({"prompts": {"prompt_column": "question"}}, "no column 'question'"),
+        ({"prompts": {"file": "EMPTY"}}, "is empty"),
+        (
+            {"members": [{"name": "ann", "base": "tiny"}, {"name": "bob", "base": "tiny"}]},
+            "at least 3 members",
+        ),
+    ],
+)
+def test_bad_input_fails_before_any_job(tmp_path, tiny_base, change, message):
+    cfg = tiny_config(tiny_base)
+    for key, value in change.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    if cfg["prompts"]["file"] == "EMPTY":
+        (tmp_path / "empty.jsonl").write_text("")
+        cfg["prompts"]["file"] = str(tmp_path / "empty.jsonl")
+    proc = run_snakemake(tmp_path / "work", write_config(tmp_path, cfg), check=False, timeout=300)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr
+    assert not (tmp_path / "work" / "results").exists()

@@ -1,0 +1,81 @@
+"""Running the workflow from tests: a config file in a fresh folder, snakemake as a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(folder: Path, config: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def snakemake_cmd(workdir: Path, configfile: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+        "--configfile", str(configfile), "--cores", "2", *extra,
+    ]  # fmt: skip
+
+
+def run_snakemake(workdir: Path, configfile: Path, *extra: str, timeout: int = 1200, check=True):
+    proc = subprocess.run(
+        snakemake_cmd(workdir, configfile, *extra), capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def read_all(workdir: Path, pattern: str) -> pd.DataFrame:
+    files = sorted(workdir.glob(pattern))
+    assert files, f"no file matches {pattern} under {workdir}"
+    frames = [pd.read_parquet(f).assign(_file=str(f.relative_to(workdir))) for f in files]
+    return pd.concat(frames, ignore_index=True)
+
+
+def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
+    """A 3-member pool of tiny random models: 2 with a short SFT on a domain, 1 plain.
+    Small on purpose: every model job pays a process start and library imports."""
+    cfg = {
+        "experiment": experiment,
+        "seed": 7,
+        "iterations": 2,
+        "device": "cpu",
+        "base_models": {"tiny": {"path": str(base)}},
+        "members": [
+            {"name": "ann", "base": "tiny", "sft_domain": "addition"},
+            {"name": "bob", "base": "tiny", "sft_domain": "multiplication"},
+            {"name": "cid", "base": "tiny"},
+        ],
+        "sft": {"data_dir": str(REPO / "data" / "sft"), "examples": 8, "max_steps": 2, "batch_size": 4},
+        "prompts": {
+            "file": str(REPO / "data" / "arithmetic.jsonl"),
+            "prompt_column": "prompt",
+            "answer_column": "answer",
+            "id_column": "prompt_id",
+            "per_iteration": 6,
+        },
+        "matchmaking": {"alpha": 0.5, "top_k": 2, "rounds_per_iteration": 1},
+        "generation": {"max_new_tokens": 8, "batch_size": 4},
+        "judge": {"mode": "expected", "max_length": 512, "batch_size": 4},
+        "dpo": {"learning_rate": 1.0e-3, "max_length": 256},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    return cfg

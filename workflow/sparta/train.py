@@ -1,0 +1,223 @@
+"""Training a member: DPO on an iteration's preference pairs (TRL + PEFT), and the short
+LoRA SFT that makes the embedded default's initial pool diverse.
+
+DPO continues the member's own adapter; TRL copies that adapter into a frozen "ref" adapter,
+so the reference policy is the member as it was at iteration t. A member without an adapter
+gets a fresh LoRA, whose reference (adapters off) is the same base model.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .models import MemberSpec, check_adapter_folder, load_base, load_tokenizer, pick_device, pick_dtype
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoraParams:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+    def config(self):
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=list(self.target_modules), task_type="CAUSAL_LM",
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DPOParams:
+    """DPO settings; defaults are the authors' (beta 0.1, lr 1e-6 cosine, warmup 0.1,
+    weight decay 1e-5, 1 epoch, batch 1, max_length 512)."""
+
+    beta: float = 0.1
+    learning_rate: float = 1e-6
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.1
+    weight_decay: float = 1e-5
+    epochs: float = 1.0
+    batch_size: int = 1
+    gradient_accumulation: int = 1
+    max_length: int = 512
+    loss_type: str = "sigmoid"
+
+
+def preference_dataset(prefs: pd.DataFrame, system: str | None):
+    """Conversational DPO rows: the prompt as chat messages, chosen/rejected as assistant turns.
+    TRL applies the model's chat template to them."""
+    from datasets import Dataset
+
+    sys = [{"role": "system", "content": system}] if system else []
+    return Dataset.from_dict(
+        {
+            "prompt": [sys + [{"role": "user", "content": p}] for p in prefs["prompt"]],
+            "chosen": [[{"role": "assistant", "content": c}] for c in prefs["chosen"]],
+            "rejected": [[{"role": "assistant", "content": r}] for r in prefs["rejected"]],
+        }
+    )
+
+
+def _trainable_member(spec: MemberSpec, lora: LoraParams, device: str, dtype: str):
+    from peft import PeftModel, get_peft_model
+
+    dev = pick_device(device)
+    base = load_base(spec.base, dev, pick_dtype(dtype, dev))
+    if spec.adapter is None:
+        return get_peft_model(base, lora.config())
+    check_adapter_folder(spec.adapter)
+    return PeftModel.from_pretrained(base, spec.adapter, is_trainable=True)
+
+
+def dpo_member(
+    spec: MemberSpec,
+    prefs: pd.DataFrame,
+    out_dir: str | Path,
+    params: DPOParams,
+    lora: LoraParams,
+    seed: int,
+    system: str | None,
+    device: str = "auto",
+    dtype: str = "auto",
+) -> dict:
+    """Train one member on all of an iteration's pairs; save its adapter under ``out_dir``.
+
+    Returns a summary (pairs, steps, final loss). With no pairs the adapter is copied
+    unchanged, and the log says so.
+    """
+    out_dir = Path(out_dir)
+    adapter_dir = out_dir / "adapter"
+    if len(prefs) == 0:
+        log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
+        if spec.adapter is not None:
+            shutil.copytree(spec.adapter, adapter_dir, dirs_exist_ok=True)
+            return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir)}
+        return {"pairs": 0, "steps": 0, "adapter": None}
+
+    from trl import DPOConfig, DPOTrainer
+
+    tok = load_tokenizer(spec.base)
+    tok.padding_side = "right"
+    model = _trainable_member(spec, lora, device, dtype)
+    args = DPOConfig(
+        output_dir=str(out_dir / "trainer"),
+        beta=params.beta,
+        loss_type=[params.loss_type],
+        learning_rate=params.learning_rate,
+        lr_scheduler_type=params.lr_scheduler,
+        warmup_steps=params.warmup_ratio,  # a float in [0, 1) is a ratio of total steps
+        weight_decay=params.weight_decay,
+        num_train_epochs=params.epochs,
+        per_device_train_batch_size=params.batch_size,
+        gradient_accumulation_steps=params.gradient_accumulation,
+        max_length=params.max_length,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=pick_device(device).type == "cpu",
+        bf16=pick_dtype(dtype, pick_device(device)) == torch.bfloat16,
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+    trainer = DPOTrainer(
+        model=model, args=args, train_dataset=preference_dataset(prefs, system), processing_class=tok
+    )
+    result = trainer.train()
+    # save only the member's own adapter, not TRL's frozen "ref" copy
+    trainer.model.save_pretrained(adapter_dir, selected_adapters=["default"])
+    shutil.rmtree(out_dir / "trainer", ignore_errors=True)
+    return {
+        "pairs": len(prefs),
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+        "adapter": str(adapter_dir),
+    }
+
+
+@dataclass(frozen=True)
+class SFTParams:
+    """Short LoRA SFT of an initial member on one domain (paper appendix C.3: lr 2e-4 cosine,
+    warmup 0.1; steps are few here so the embedded default stays a laptop run)."""
+
+    max_steps: int = 30
+    learning_rate: float = 2e-4
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.1
+    batch_size: int = 8
+    max_length: int = 256
+
+
+def sft_member(
+    name: str,
+    base: str,
+    examples: pd.DataFrame,
+    out_dir: str | Path,
+    params: SFTParams,
+    lora: LoraParams,
+    seed: int,
+    system: str | None,
+    device: str = "auto",
+    dtype: str = "auto",
+) -> dict:
+    """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    if len(examples) == 0:
+        raise ValueError(f"member {name}: the SFT data is empty")
+    out_dir = Path(out_dir)
+    tok = load_tokenizer(base)
+    tok.padding_side = "right"
+    dev = pick_device(device)
+    model = load_base(base, dev, pick_dtype(dtype, dev))
+    sys = [{"role": "system", "content": system}] if system else []
+    data = Dataset.from_dict(
+        {
+            "messages": [
+                sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+                for p, r in zip(examples["prompt"], examples["response"])
+            ]
+        }
+    )
+    args = SFTConfig(
+        output_dir=str(out_dir / "trainer"),
+        max_steps=params.max_steps,
+        learning_rate=params.learning_rate,
+        lr_scheduler_type=params.lr_scheduler,
+        warmup_steps=params.warmup_ratio,  # a float in [0, 1) is a ratio of total steps
+        per_device_train_batch_size=params.batch_size,
+        max_length=params.max_length,
+        assistant_only_loss=False,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=5,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=dev.type == "cpu",
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora.config()
+    )
+    result = trainer.train()
+    adapter_dir = out_dir / "adapter"
+    trainer.model.save_pretrained(adapter_dir)
+    shutil.rmtree(out_dir / "trainer", ignore_errors=True)
+    return {
+        "examples": len(examples),
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+    }
