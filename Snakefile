@@ -7,12 +7,17 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/pool.smk"
 include: "rules/combat.smk"
 include: "rules/judge.smk"
 include: "rules/reputation.smk"
 include: "rules/train.smk"
+include: "rules/evaluate.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pandas as pd
+
 from sparta.matchmaking import MatchParams, match_round, plan_iteration
 from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration
 

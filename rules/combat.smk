@@ -18,6 +18,8 @@ rule matchmake:
     log:
         "results/{exp}/logs/iter_{t}/round_{r}/matchmake.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/matchmake.py"
 
@@ -39,9 +41,11 @@ rule combat:
         "results/{exp}/logs/iter_{t}/round_{r}/combat_{member}.log",
     benchmark:
         "results/{exp}/benchmarks/iter_{t}/round_{r}/combat_{member}.tsv"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=16000,
         runtime=lambda wc, attempt: 60 * attempt,
+    conda:
+        "../envs/train.yaml"
     script:
         "../workflow/scripts/combat.py"

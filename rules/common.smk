@@ -96,8 +96,48 @@ def sft_data(wildcards):
     return f"{config['sft']['data_dir']}/{domain}.jsonl" if domain else []
 
 
-def final_outputs():
+def evaluation_task_files(wildcards):
+    return [t["file"] for t in config["evaluation"]["tasks"] if t.get("source", "file") == "file"]
+
+
+def all_evaluations(wildcards):
+    return expand(
+        "results/{exp}/evaluation/checkpoint_{t}/{member}.parquet",
+        exp=EXP, t=[0, *ITERATIONS], member=MEMBERS,
+    )
+
+
+def optional_evaluation(wildcards):
+    """The evaluation scores when evaluation is on; analyses and plots work without them."""
+    if config["evaluation"]["enabled"]:
+        return f"results/{EXP}/evaluation/scores.parquet"
+    return []
+
+
+def all_round_tables(wildcards):
+    rounds = expand("results/{exp}/iter_{t}/round_{r}", exp=EXP, t=ITERATIONS, r=ROUNDS)
     return [
+        *[f"{r}/duels.parquet" for r in rounds],
+        *[f"{r}/state.parquet" for r in rounds],
+        *all_judgments(wildcards),
+        *[f"{r}/responses/{m}.parquet" for r in rounds for m in MEMBERS],
+    ]
+
+
+def all_judgments(wildcards):
+    rounds = expand("results/{exp}/iter_{t}/round_{r}", exp=EXP, t=ITERATIONS, r=ROUNDS)
+    return [f"{r}/judgments/{m}.parquet" for r in rounds for m in MEMBERS]
+
+
+def final_outputs():
+    report_files = [
+        f"results/{EXP}/report/{name}.png"
+        for name in ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation")
+    ]
+    evaluation = [f"results/{EXP}/evaluation/selection.tsv"] if config["evaluation"]["enabled"] else []
+    return [
+        *evaluation,
+        *(report_files if config["analysis"]["enabled"] else []),
         f"results/{EXP}/reputation_history.parquet",
         f"results/{EXP}/final_state.parquet",
         *expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),

@@ -19,9 +19,11 @@ rule judge:
         "results/{exp}/logs/iter_{t}/round_{r}/judge_{judge}.log",
     benchmark:
         "results/{exp}/benchmarks/iter_{t}/round_{r}/judge_{judge}.tsv"
-    threads: 2
+    threads: 1
     resources:
         mem_mb=16000,
         runtime=lambda wc, attempt: 60 * attempt,
+    conda:
+        "../envs/train.yaml"
     script:
         "../workflow/scripts/judge.py"

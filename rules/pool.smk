@@ -15,6 +15,8 @@ rule convert_gguf:
         "results/_bases/logs/convert_{base}.benchmark.tsv"
     resources:
         mem_mb=8000,
+    conda:
+        "../envs/train.yaml"
     script:
         "../workflow/scripts/convert_gguf.py"
 
@@ -33,6 +35,8 @@ rule split_prompts:
     log:
         "results/{exp}/logs/split_prompts.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/split_prompts.py"
 
@@ -62,6 +66,8 @@ rule init_member:
     resources:
         mem_mb=16000,
         runtime=lambda wc, attempt: 60 * attempt,
+    conda:
+        "../envs/train.yaml"
     script:
         "../workflow/scripts/init_member.py"
 
@@ -76,5 +82,7 @@ rule init_state:
     log:
         "results/{exp}/logs/iter_0/init_state.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/init_state.py"

@@ -18,6 +18,8 @@ rule aggregate:
     log:
         "results/{exp}/logs/iter_{t}/round_{r}/aggregate.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/aggregate.py"
 
@@ -31,6 +33,8 @@ rule gather_preferences:
     log:
         "results/{exp}/logs/iter_{t}/gather_preferences.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/concat_tables.py"
 
@@ -46,5 +50,7 @@ rule finalize:
     log:
         "results/{exp}/logs/finalize.log",
     localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/finalize.py"

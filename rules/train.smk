@@ -24,5 +24,7 @@ rule dpo:
     resources:
         mem_mb=24000,
         runtime=lambda wc, attempt: 120 * attempt,
+    conda:
+        "../envs/train.yaml"
     script:
         "../workflow/scripts/dpo.py"

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+
 from sparta.generate import SamplingParams, generate
 from sparta.judge import (
     ASSISTANT_PREFIX,

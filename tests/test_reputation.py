@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparta import tables
 from sparta.reputation import (
     AggregationError,

@@ -4,6 +4,7 @@ loop when every round holds one duel, including through Parquet round trips."""
 import zlib
 
 import pandas as pd
+
 from sparta import tables
 from sparta.matchmaking import MatchParams, match_round, plan_iteration
 from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration, run_sequential

@@ -8,6 +8,7 @@ import time
 import pandas as pd
 import pytest
 import torch
+
 from sparta import tables
 
 from .tiny import build_tiny_model
@@ -86,8 +87,9 @@ def test_outputs_of_a_whole_run(run_a):
 def test_members_chain_and_adapters_are_standard_peft(run_a):
     from peft import PeftModel
     from safetensors.torch import load_file
-    from sparta.models import MemberSpec
     from transformers import AutoModelForCausalLM
+
+    from sparta.models import MemberSpec
 
     work, _ = run_a
     specs = {t: MemberSpec.read(work / EXP / f"iter_{t}/members/ann/member.json") for t in (0, 1, 2)}
@@ -129,6 +131,7 @@ def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_
         tiny_base, "garbled", iterations=1, judge={"mode": "generate", "max_new_tokens": 6},
         members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
         matchmaking={"rounds_per_iteration": 2}, prompts={"per_iteration": 4},
+        evaluation={"enabled": False}, analysis={"enabled": False},
     )  # fmt: skip
     run_snakemake(tmp_path / "work", write_config(tmp_path, cfg))
     out = tmp_path / "work" / "results" / "garbled"
@@ -173,3 +176,52 @@ def test_bad_input_fails_before_any_job(tmp_path, tiny_base, change, message):
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
     assert not (tmp_path / "work" / "results").exists()
+
+
+def test_cli_on_a_finished_run(run_a, capsys):
+    import json
+
+    from sparta.cli import main
+
+    work, _ = run_a
+    run = work / EXP
+    assert main(["pairs", str(run / "iter_1"), "--json"]) == 0
+    pairs = json.loads(capsys.readouterr().out)
+    prefs = pd.read_parquet(run / "iter_1" / "preferences.parquet")
+    assert len(pairs) == len(prefs) and {"disagreement", "chosen", "margin"} <= set(pairs[0])
+    member = prefs["chosen_model"].iloc[0]
+    assert main(["pairs", str(run / "iter_1"), "--member", member, "--min-margin", "0"]) == 0
+    assert member in capsys.readouterr().out
+    assert main(["standings", str(run), "--json"]) == 0
+    standings = json.loads(capsys.readouterr().out)
+    assert {s["member"] for s in standings} == {"ann", "bob", "cid"}
+    duel = prefs["duel_id"].iloc[0]
+    assert main(["show", duel, "--run", str(run), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["duel_id"] == duel and shown["judgments"] and shown["outcome"] in ("a", "b")
+    assert main(["show", duel, "--run", str(run)]) == 0
+    assert "judge" in capsys.readouterr().out
+    bad = [
+        ["pairs", str(run / "iter_9")],
+        ["pairs", "/no/such/dir"],
+        ["standings", str(work)],
+        ["show", "t07-00001", "--run", str(run)],
+        ["show", "nonsense", "--run", str(run)],
+    ]
+    for argv in bad:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_report_outputs(run_a):
+    work, _ = run_a
+    for name in ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation"):
+        png = work / EXP / "report" / f"{name}.png"
+        assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG", name
+    selection = pd.read_csv(work / EXP / "evaluation" / "selection.tsv", sep="\t")
+    assert set(selection["stage"]) == {"best initial", "best final"}
+    scores = pd.read_parquet(work / EXP / "evaluation" / "scores.parquet")
+    assert set(scores["checkpoint"]) == {0, 1, 2} and set(scores["split"]) == {"validation", "test"}
+    label = pd.read_parquet(work / EXP / "analysis" / "label_accuracy.parquet")
+    assert "overall" in set(label["scope"])

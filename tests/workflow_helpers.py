@@ -72,6 +72,18 @@ def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
         "generation": {"max_new_tokens": 8, "batch_size": 4},
         "judge": {"mode": "expected", "max_length": 512, "batch_size": 4},
         "dpo": {"learning_rate": 1.0e-3, "max_length": 256},
+        "evaluation": {
+            "batch_size": 8,
+            "tasks": [
+                {
+                    "name": "arith",
+                    "source": "prompts",
+                    "metric": "exact_match",
+                    "max_new_tokens": 8,
+                    "max_examples": 4,
+                }
+            ],
+        },
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):

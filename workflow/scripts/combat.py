@@ -1,6 +1,7 @@
 """rule combat: one member answers its duels' prompts, batched, through its chat template."""
 
 import pandas as pd
+
 from sparta import tables
 from sparta.generate import SamplingParams, derive_seed, generate
 from sparta.logs import setup

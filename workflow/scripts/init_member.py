@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pandas as pd
+
 from sparta.logs import setup
 from sparta.models import MemberSpec
 

@@ -1,6 +1,7 @@
 """rule judge: one judge scores both answers of every duel it is not in."""
 
 import pandas as pd
+
 from sparta import tables
 from sparta.generate import SamplingParams, derive_seed
 from sparta.judge import JudgeItem, judge_by_expectation, judge_by_generation

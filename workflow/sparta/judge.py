@@ -129,20 +129,19 @@ def judge_by_generation(
     return result
 
 
-def candidate_ids(tok, text: str) -> tuple[list[int], list[list[int]]]:
-    """Shared prompt ids and the ten continuations "1}".."10}" after ``text``.
+def candidate_ids(tok, text: str, scores=SCORES) -> tuple[list[int], list[list[int]]]:
+    """Shared prompt ids and the continuations "1}".."10}" (or any score range) after ``text``.
 
     Each candidate is tokenized together with the prompt, so a tokenizer that merges the
     prefix's last token with a digit, or splits "10" into "1" "0", is handled exactly.
     """
-    full = [tok(text + f"{s}}}", add_special_tokens=False)["input_ids"] for s in SCORES]
+    full = [tok(text + f"{s}}}", add_special_tokens=False)["input_ids"] for s in scores]
     common = 0
     while all(len(f) > common for f in full) and len({f[common] for f in full}) == 1:
         common += 1
     return full[0][:common], [f[common:] for f in full]
 
 
-@torch.no_grad()
 def judge_by_expectation(
     model, tok, items: list[JudgeItem], max_length: int, system: str | None, batch_size: int
 ) -> list[Judgment]:
@@ -152,23 +151,33 @@ def judge_by_expectation(
     key/value cache. P(s) is normalised over the ten strings; ``raw`` holds the
     distribution and the probability mass the ten strings had before normalising.
     """
+    built = [judge_text(tok, it, max_length, system, ASSISTANT_PREFIX) for it in items]
+    return score_texts(model, tok, [t for t, _ in built], [c for _, c in built], SCORES, batch_size)
+
+
+def expected_scores(model, tok, user_texts: list[str], scores, system: str | None, batch_size: int):
+    """Expected score of free-form judge prompts (e.g. against a reference answer)."""
+    texts = [chat_text(tok, u, system, ASSISTANT_PREFIX) for u in user_texts]
+    return score_texts(model, tok, texts, [False] * len(texts), tuple(scores), batch_size)
+
+
+@torch.no_grad()
+def score_texts(
+    model, tok, texts: list[str], truncated: list[bool], scores, batch_size: int
+) -> list[Judgment]:
     device = next(model.parameters()).device
-    prepared = []
-    for it in items:
-        text, truncated = judge_text(tok, it, max_length, system, ASSISTANT_PREFIX)
-        prompt, conts = candidate_ids(tok, text)
-        prepared.append((prompt, conts, truncated))
-    order = sorted(range(len(items)), key=lambda i: -len(prepared[i][0]))
-    out: list[Judgment | None] = [None] * len(items)
+    prepared = [candidate_ids(tok, t, scores) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: -len(prepared[i][0]))
+    out: list[Judgment | None] = [None] * len(texts)
     pad = tok.pad_token_id
-    with tqdm(total=len(items), desc="judge (expected)", unit="judgment") as bar:
+    with tqdm(total=len(texts), desc="judge (expected)", unit="judgment") as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             logps = _candidate_logprobs(
                 model, [prepared[i][0] for i in idx], [prepared[i][1] for i in idx], pad, device
             )
             for i, lp in zip(idx, logps):
-                out[i] = _expectation(lp, prepared[i][2])
+                out[i] = _expectation(lp, truncated[i], scores)
             bar.update(len(idx))
     return out  # type: ignore[return-value]
 
@@ -224,13 +233,13 @@ def _cache_kwarg(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def _expectation(logps: list[float], truncated: bool) -> Judgment:
+def _expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
     top = max(logps)
     weights = [math.exp(lp - top) for lp in logps]
     z = sum(weights)
     probs = [w / z for w in weights]
     mass = math.exp(top) * z
-    score = sum(s * p for s, p in zip(SCORES, probs))
+    score = sum(s * p for s, p in zip(scores, probs))
     raw = json.dumps({"probs": [round(p, 6) for p in probs], "mass": mass})
     if not math.isfinite(score):
         return Judgment(None, raw, "non-finite score probabilities", truncated)

@@ -1,0 +1,53 @@
+# The paper's analyses and the plots of the HTML report (snakemake --report).
+
+
+rule analyze:
+    """Diversity, lengths, label accuracy, reputation against performance, standings."""
+    input:
+        rounds=all_round_tables,
+        preferences=expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
+        history="results/{exp}/reputation_history.parquet",
+        evaluation=optional_evaluation,
+    output:
+        diversity="results/{exp}/analysis/diversity.parquet",
+        lengths="results/{exp}/analysis/lengths.parquet",
+        label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
+        judge_accuracy="results/{exp}/analysis/judge_label_accuracy.parquet",
+        correlation="results/{exp}/analysis/reputation_vs_performance.parquet",
+        standings="results/{exp}/analysis/standings.parquet",
+    params:
+        analysis=config["analysis"],
+        answer=config["analysis"]["answer"],
+    log:
+        "results/{exp}/logs/analyze.log",
+    benchmark:
+        "results/{exp}/benchmarks/analyze.tsv"
+    resources:
+        mem_mb=4000,
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow/scripts/analyze.py"
+
+
+rule plots:
+    """Figures of the report, each with a caption."""
+    input:
+        rules.analyze.output,
+        history="results/{exp}/reputation_history.parquet",
+        judgments=all_judgments,
+        evaluation=optional_evaluation,
+    output:
+        reputation=report("results/{exp}/report/reputation.png", caption="../workflow/report/reputation.rst", category="Reputation"),
+        wins=report("results/{exp}/report/win_matrix.png", caption="../workflow/report/win_matrix.rst", category="Reputation"),
+        scores=report("results/{exp}/report/judge_scores.png", caption="../workflow/report/judge_scores.rst", category="Judging"),
+        label_accuracy=report("results/{exp}/report/label_accuracy.png", caption="../workflow/report/label_accuracy.rst", category="Judging"),
+        diversity=report("results/{exp}/report/diversity.png", caption="../workflow/report/diversity.rst", category="Analysis"),
+        evaluation=report("results/{exp}/report/evaluation.png", caption="../workflow/report/evaluation.rst", category="Evaluation"),
+    log:
+        "results/{exp}/logs/plots.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/plots.py"

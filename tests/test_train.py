@@ -1,0 +1,113 @@
+"""SFT and DPO of one member on a tiny random model: what must change does, the rest doesn't."""
+
+import hashlib
+
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sparta.data import sft_examples
+from sparta.models import MemberSpec
+from sparta.train import DPOParams, LoraParams, SFTParams, dpo_member, sft_member
+
+from .tiny import build_tiny_model
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def sft_adapter(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    base = build_tiny_model(root / "base")
+    summary = sft_member(
+        "ann", str(base), sft_examples("addition", 8, 0), root / "ann", SFTParams(max_steps=2, batch_size=4),
+        LoraParams(), seed=0, system="sys", device="cpu",
+    )  # fmt: skip
+    assert summary["steps"] == 2
+    return base, root / "ann" / "adapter"
+
+
+PAIRS = pd.DataFrame(
+    {
+        "prompt": ["What is 3 + 4?", "What is 2 * 5?"],
+        "chosen": ["3 + 4 = 7. The answer is 7.", "2 * 5 = 10. The answer is 10."],
+        "rejected": ["It is 9.", "It is 25."],
+    }
+)
+
+
+def test_sft_moves_lora_b_from_zero(sft_adapter):
+    _, adapter = sft_adapter
+    weights = load_file(adapter / "adapter_model.safetensors")
+    b = [v for k, v in weights.items() if "lora_B" in k]
+    assert b and any(v.abs().sum() > 0 for v in b)  # LoRA's init leaves B = 0
+
+
+def test_dpo_continues_the_adapter_and_leaves_the_base(sft_adapter, tmp_path):
+    base, adapter = sft_adapter
+    base_digest = digest(base / "model.safetensors")
+    before = load_file(adapter / "adapter_model.safetensors")
+    summary = dpo_member(
+        MemberSpec("ann", str(base), str(adapter)), PAIRS, tmp_path / "ann1",
+        DPOParams(learning_rate=1e-2, max_length=128), LoraParams(), seed=0, system="sys", device="cpu",
+    )  # fmt: skip
+    assert summary["pairs"] == 2 and summary["steps"] == 2
+    after = load_file(tmp_path / "ann1" / "adapter" / "adapter_model.safetensors")
+    assert after.keys() == before.keys()  # same adapter, saved without TRL's "ref" copy
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert digest(base / "model.safetensors") == base_digest
+
+
+def test_dpo_without_pairs_keeps_member_unchanged(sft_adapter, tmp_path, caplog):
+    base, adapter = sft_adapter
+    empty = PAIRS.iloc[:0]
+    with caplog.at_level("WARNING"):
+        summary = dpo_member(
+            MemberSpec("ann", str(base), str(adapter)),
+            empty,
+            tmp_path / "same",
+            DPOParams(),
+            LoraParams(),
+            0,
+            None,
+        )
+    assert summary["steps"] == 0 and "no preference pairs" in caplog.text
+    copied = tmp_path / "same" / "adapter" / "adapter_model.safetensors"
+    assert digest(copied) == digest(adapter / "adapter_model.safetensors")
+    fresh = dpo_member(
+        MemberSpec("cid", str(base)), empty, tmp_path / "fresh", DPOParams(), LoraParams(), 0, None
+    )
+    assert fresh["adapter"] is None
+
+
+def test_fresh_member_gets_a_lora_from_dpo(sft_adapter, tmp_path):
+    base, _ = sft_adapter
+    summary = dpo_member(
+        MemberSpec("cid", str(base)), PAIRS, tmp_path / "cid", DPOParams(learning_rate=1e-2, max_length=128),
+        LoraParams(r=4), seed=0, system=None, device="cpu",
+    )  # fmt: skip
+    weights = load_file(tmp_path / "cid" / "adapter" / "adapter_model.safetensors")
+    assert any("lora_A" in k for k in weights)
+    assert summary["steps"] == 2
+
+
+def test_loader_shares_one_base_between_members(sft_adapter):
+    from sparta.models import MemberLoader
+
+    base, adapter = sft_adapter
+    loader = MemberLoader("cpu", "float32")
+    ids = torch.tensor([[1, 5, 9, 12]])
+
+    def logits(spec):
+        with torch.no_grad():
+            return loader.load(spec)(input_ids=ids).logits
+
+    ann = logits(MemberSpec("ann", str(base), str(adapter)))
+    plain = logits(MemberSpec("plain", str(base)))
+    again = logits(MemberSpec("ann", str(base), str(adapter)))
+    assert len(loader._bases) == 1  # one base in memory for both members
+    assert not torch.allclose(ann, plain)
+    assert torch.equal(ann, again)

@@ -1,0 +1,175 @@
+"""The paper's analyses over a run's tables (pure; the embedding model is passed in).
+
+- response diversity per iteration: normalised edit distance, 1 - BLEU, embedding distance
+  between the two answers of each duel (paper section 5, Table 2);
+- length of chosen against rejected answers;
+- reputation against validation performance (Pearson r, paper Figure 5);
+- label accuracy of the collective and of each judge where ground truth exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+from scipy.stats import pearsonr
+
+from . import metrics
+
+
+def edit_distance(a: list, b: list) -> int:
+    """Levenshtein distance between two sequences."""
+    if len(a) < len(b):
+        a, b = b, a
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def normalized_edit_distance(a: str, b: str) -> float:
+    """Word-level Levenshtein distance divided by the longer length (0 same, 1 disjoint)."""
+    wa, wb = a.split(), b.split()
+    if not wa and not wb:
+        return 0.0
+    return edit_distance(wa, wb) / max(len(wa), len(wb))
+
+
+def bleu(candidate: str, reference: str, max_n: int = 4) -> float:
+    """Sentence BLEU with add-one smoothing of the n-gram precisions (Lin & Och 2004)."""
+    c, r = candidate.split(), reference.split()
+    if not c or not r:
+        return 0.0
+    logs = []
+    for n in range(1, max_n + 1):
+        cg = Counter(tuple(c[i : i + n]) for i in range(len(c) - n + 1))
+        rg = Counter(tuple(r[i : i + n]) for i in range(len(r) - n + 1))
+        match = sum(min(k, rg[g]) for g, k in cg.items())
+        total = max(len(c) - n + 1, 0)
+        logs.append(math.log((match + 1) / (total + 1)) if n > 1 else math.log(max(match, 1e-9) / total))
+    brevity = min(0.0, 1 - len(r) / len(c))
+    return math.exp(brevity + sum(logs) / max_n)
+
+
+def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> pd.DataFrame:
+    """Diversity of the two answers of every duel: one row per duel."""
+    text = responses.set_index(["duel_id", "model"])["response"]
+    rows = []
+    for d in duels.itertuples(index=False):
+        a, b = text.get((d.duel_id, d.model_a)), text.get((d.duel_id, d.model_b))
+        if a is None or b is None:
+            continue
+        rows.append(
+            {
+                "iteration": d.iteration,
+                "duel_id": d.duel_id,
+                "edit": normalized_edit_distance(a, b),
+                "one_minus_bleu": 1 - (bleu(a, b) + bleu(b, a)) / 2,
+                "a": a,
+                "b": b,
+            }
+        )
+    out = pd.DataFrame(rows)
+    if embed is not None and len(out):
+        va, vb = embed(out["a"].tolist()), embed(out["b"].tolist())
+        out["embedding"] = 1 - (va * vb).sum(1)  # vectors are L2-normalised
+    return out.drop(columns=["a", "b"])
+
+
+def diversity_by_iteration(per_duel: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("edit", "one_minus_bleu", "embedding") if c in per_duel]
+    return (
+        per_duel.groupby("iteration")[cols]
+        .mean()
+        .reset_index()
+        .assign(duels=per_duel.groupby("iteration").size().to_numpy())
+    )
+
+
+def lengths(prefs: pd.DataFrame) -> pd.DataFrame:
+    """Mean words of chosen and rejected answers per iteration."""
+    df = prefs.assign(
+        chosen_words=prefs["chosen"].str.split().str.len(),
+        rejected_words=prefs["rejected"].str.split().str.len(),
+    )
+    return df.groupby("iteration")[["chosen_words", "rejected_words"]].mean().reset_index()
+
+
+def judge_label_accuracy(
+    judgments: pd.DataFrame, duels: pd.DataFrame, responses: pd.DataFrame, kind: str = "number"
+) -> pd.DataFrame:
+    """Per judge: on duels where exactly one answer is right, how often the judge scored the
+    right one higher (ties count as neither)."""
+    right = {
+        (r.duel_id, r.model): metrics.exact_match(r.response, ans, kind)
+        for r, ans in zip(
+            responses.itertuples(index=False), responses["duel_id"].map(duels.set_index("duel_id")["answer"])
+        )
+        if ans is not None and not pd.isna(ans)
+    }
+    iteration = duels.set_index("duel_id")["iteration"]
+    rows = []
+    scores = judgments.dropna(subset=["score"]).set_index(["duel_id", "judge", "target"])["score"]
+    for d in duels.itertuples(index=False):
+        ra, rb = right.get((d.duel_id, d.model_a)), right.get((d.duel_id, d.model_b))
+        if ra is None or rb is None or ra == rb:
+            continue
+        for judge in judgments.loc[judgments["duel_id"] == d.duel_id, "judge"].unique():
+            sa, sb = scores.get((d.duel_id, judge, d.model_a)), scores.get((d.duel_id, judge, d.model_b))
+            if sa is None or sb is None or sa == sb:
+                continue
+            ok = (sa > sb) == ra
+            rows.append(
+                {"iteration": iteration[d.duel_id], "judge": judge, "label": "correct" if ok else "wrong"}
+            )
+    return pd.DataFrame(rows, columns=["iteration", "judge", "label"])
+
+
+def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Pearson r per task between a member's reputation at the end of iteration t and the
+    validation score of the member that fought in iteration t (its checkpoint t - 1); over
+    every (member, iteration) point and over per-member averages (as the paper's Figure 5)."""
+    rep = states.rename(columns={"member": "member"})[["iteration", "member", "reputation"]]
+    val = evaluation[evaluation["split"] == "validation"].assign(iteration=lambda d: d["checkpoint"] + 1)
+    rows = []
+    for task, v in val.groupby("task"):
+        points = rep.merge(v[["iteration", "member", "score"]], on=["iteration", "member"])
+        means = points.groupby("member")[["reputation", "score"]].mean()
+        row = {"task": task, "points": len(points), "members": len(means)}
+        for name, df in (("r_points", points), ("r_member_means", means)):
+            ok = len(df) >= 3 and df["reputation"].std() > 0 and df["score"].std() > 0
+            row[name] = float(pearsonr(df["reputation"], df["score"])[0]) if ok else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["task", "points", "members", "r_points", "r_member_means"])
+
+
+def select_best(evaluation: pd.DataFrame) -> pd.DataFrame:
+    """Per task: the best member on validation among the initial pool (checkpoint 0) and among
+    the final members, with both scores on test (paper protocol)."""
+    table = evaluation.pivot_table(
+        index=["task", "checkpoint", "member"], columns="split", values="score"
+    ).reset_index()
+    last = table["checkpoint"].max()
+    rows = []
+    for task, t in table.groupby("task"):
+        for stage, cp in (("best initial", 0), ("best final", last)):
+            cand = t[t["checkpoint"] == cp]
+            if len(cand) == 0:
+                continue
+            best = cand.sort_values(["validation", "member"], ascending=[False, True]).iloc[0]
+            rows.append(
+                {
+                    "task": task,
+                    "stage": stage,
+                    "checkpoint": int(cp),
+                    "member": best["member"],
+                    "validation": float(best["validation"]),
+                    "test": float(best.get("test", np.nan)),
+                }
+            )
+    return pd.DataFrame(rows)

@@ -1,0 +1,213 @@
+"""`sparta`: inspect a run, finished or in progress.
+
+    sparta pairs results/default/iter_1 [--member M] [--min-margin X] [--min-disagreement X]
+    sparta standings results/default
+    sparta show t01-00003 [--run results/default]
+
+Every command prints a text table, or JSON with --json. A bad path or a missing iteration
+gives a one-line error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from . import tables
+
+
+class CLIError(Exception):
+    pass
+
+
+def _read_glob(folder: Path, pattern: str, kind: str) -> pd.DataFrame:
+    files = sorted(folder.glob(pattern))
+    return tables.read_many(files, kind) if files else tables.empty(kind)
+
+
+def _iteration_dir(path: str) -> Path:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CLIError(f"no such iteration folder: {folder}")
+    if not re.fullmatch(r"iter_\d+", folder.name):
+        raise CLIError(f"{folder} is not an iteration folder (expected .../iter_<t>)")
+    if not any(folder.glob("round_*")):
+        raise CLIError(f"{folder} has no rounds yet (iteration not started)")
+    return folder
+
+
+def disagreement(prefs: pd.DataFrame, judgments: pd.DataFrame) -> pd.Series:
+    """Share of the judges of each pair whose own scores disagree with the collective label."""
+    if len(prefs) == 0:
+        return pd.Series(dtype=float)
+    s = judgments.dropna(subset=["score"]).set_index(["duel_id", "judge", "target"])["score"]
+    out = []
+    for p in prefs.itertuples(index=False):
+        votes = []
+        for judge in judgments.loc[judgments["duel_id"] == p.duel_id, "judge"].unique():
+            c, r = s.get((p.duel_id, judge, p.chosen_model)), s.get((p.duel_id, judge, p.rejected_model))
+            if c is not None and r is not None:
+                votes.append(r > c)
+        out.append(sum(votes) / len(votes) if votes else float("nan"))
+    return pd.Series(out, index=prefs.index)
+
+
+def cmd_pairs(args) -> pd.DataFrame:
+    folder = _iteration_dir(args.iteration_dir)
+    merged = folder / "preferences.parquet"
+    prefs = (
+        tables.read(merged, "preferences")
+        if merged.exists()
+        else _read_glob(folder, "round_*/preferences.parquet", "preferences")
+    )
+    judgments = _read_glob(folder, "round_*/judgments/*.parquet", "judgments")
+    prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
+    if args.member:
+        prefs = prefs[(prefs["chosen_model"] == args.member) | (prefs["rejected_model"] == args.member)]
+    if args.min_margin is not None:
+        prefs = prefs[prefs["margin"] >= args.min_margin]
+    if args.max_margin is not None:
+        prefs = prefs[prefs["margin"] <= args.max_margin]
+    if args.min_disagreement is not None:
+        prefs = prefs[prefs["disagreement"] >= args.min_disagreement]
+    cols = ["duel_id", "prompt", "chosen_model", "rejected_model", "chosen_score", "rejected_score", "margin",
+            "disagreement", "chosen", "rejected"]  # fmt: skip
+    return prefs[cols].head(args.limit) if args.limit else prefs[cols]
+
+
+def _run_dir(path: str) -> Path:
+    folder = Path(path)
+    if not folder.is_dir():
+        raise CLIError(f"no such run folder: {folder}")
+    if not (folder / "iter_0").is_dir():
+        raise CLIError(f"{folder} is not a run folder (no iter_0/ inside; expected results/<experiment>)")
+    return folder
+
+
+def cmd_standings(args) -> pd.DataFrame:
+    folder = _run_dir(args.run)
+    frames = [
+        tables.read(p, "state")
+        for p in [folder / "iter_0/state.parquet", *sorted(folder.glob("iter_*/round_*/state.parquet"))]
+        if p.exists()
+    ]
+    if not frames:
+        raise CLIError(f"{folder} has no reputation state yet")
+    states = pd.concat(frames, ignore_index=True)
+    return states[["iteration", "round", "member", "reputation", "deviation", "judge_weight"]].sort_values(
+        ["iteration", "round", "reputation"], ascending=[True, True, False]
+    )
+
+
+def cmd_show(args) -> dict:
+    m = re.fullmatch(r"t(\d+)-\d+", args.duel_id)
+    if not m:
+        raise CLIError(f"{args.duel_id!r} is not a duel id (like t01-00003)")
+    if args.run:
+        run = _run_dir(args.run)
+    else:
+        runs = [p.parent for p in Path("results").glob("*/iter_0")]
+        if len(runs) != 1:
+            raise CLIError("give the run folder with --run results/<experiment>")
+        run = runs[0]
+    folder = run / f"iter_{int(m.group(1))}"
+    if not folder.is_dir():
+        raise CLIError(f"iteration {int(m.group(1))} has not started in {run}")
+    duels = _read_glob(folder, "round_*/duels.parquet", "duels")
+    duel = duels[duels["duel_id"] == args.duel_id]
+    if len(duel) == 0:
+        raise CLIError(f"no duel {args.duel_id} in {folder}")
+    d = duel.iloc[0]
+    rnd = folder / f"round_{int(d['round'])}"
+    responses = _read_glob(rnd, "responses/*.parquet", "responses")
+    judgments = _read_glob(rnd, "judgments/*.parquet", "judgments")
+    history = _read_glob(rnd, "history.parquet", "history")
+    answers = responses[responses["duel_id"] == args.duel_id].set_index("model")["response"].to_dict()
+    js = judgments[judgments["duel_id"] == args.duel_id]
+    h = history[history["duel_id"] == args.duel_id]
+    return {
+        "duel_id": args.duel_id,
+        "iteration": int(d["iteration"]),
+        "round": int(d["round"]),
+        "prompt": d["prompt"],
+        "model_a": d["model_a"],
+        "model_b": d["model_b"],
+        "answer_a": answers.get(d["model_a"]),
+        "answer_b": answers.get(d["model_b"]),
+        "judgments": [
+            {
+                "judge": r.judge,
+                "target": r.target,
+                "score": None if pd.isna(r.score) else float(r.score),
+                "error": r.error if isinstance(r.error, str) else None,
+                "raw": r.raw,
+            }  # fmt: skip
+            for r in js.itertuples(index=False)
+        ],
+        "outcome": h["outcome"].iloc[0] if len(h) else "pending",
+        "score_a": None if len(h) == 0 or pd.isna(h["score_a"].iloc[0]) else float(h["score_a"].iloc[0]),
+        "score_b": None if len(h) == 0 or pd.isna(h["score_b"].iloc[0]) else float(h["score_b"].iloc[0]),
+    }
+
+
+def _print(result, as_json: bool) -> None:
+    if as_json:
+        if isinstance(result, pd.DataFrame):
+            print(result.to_json(orient="records", indent=1))
+        else:
+            print(json.dumps(result, indent=1))
+        return
+    if isinstance(result, pd.DataFrame):
+        if len(result) == 0:
+            print("(nothing)")
+            return
+        shown = result.copy()
+        for c in shown.columns:
+            if shown[c].dtype == object or str(shown[c].dtype).startswith(("str", "string")):
+                shown[c] = shown[c].astype(str).str.replace("\n", " ").str.slice(0, 60)
+        with pd.option_context("display.width", 200, "display.max_columns", None):
+            print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        return
+    for key in ("duel_id", "iteration", "round", "prompt", "model_a", "answer_a", "model_b", "answer_b"):
+        print(f"{key:>9}: {result[key]}")
+    print(f"  outcome: {result['outcome']}  (score a {result['score_a']}, score b {result['score_b']})")
+    for j in result["judgments"]:
+        score = "null" if j["score"] is None else f"{j['score']:.2f}"
+        raw = j["raw"].replace("\n", " ")[:80]
+        print(f"    judge {j['judge']:<14} on {j['target']:<14} {score:>6}  {j['error'] or ''} {raw}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="sparta", description="Inspect a Sparta run.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pairs", help="list the preference pairs of an iteration")
+    p.add_argument("iteration_dir", help="results/<experiment>/iter_<t>")
+    p.add_argument("--member", help="pairs where this member won or lost")
+    p.add_argument("--min-margin", type=float)
+    p.add_argument("--max-margin", type=float)
+    p.add_argument("--min-disagreement", type=float, help="share of judges against the label, 0-1")
+    p.add_argument("--limit", type=int)
+    s = sub.add_parser("standings", help="reputations and deviations per round")
+    s.add_argument("run", help="results/<experiment>")
+    d = sub.add_parser("show", help="one duel: prompt, answers, every judgment")
+    d.add_argument("duel_id")
+    d.add_argument("--run", help="results/<experiment> (default: the only one under ./results)")
+    for parser in (p, s, d):
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = ap.parse_args(argv)
+    try:
+        result = {"pairs": cmd_pairs, "standings": cmd_standings, "show": cmd_show}[args.command](args)
+    except (CLIError, tables.TableError, FileNotFoundError) as e:
+        print(f"sparta {args.command}: {e}", file=sys.stderr)
+        return 2
+    _print(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

