@@ -27,6 +27,9 @@ def default_run(tmp_path_factory):
     cfg["prompts"] = {**cfg["prompts"], "per_iteration": 4, "file": str(REPO / cfg["prompts"]["file"])}
     cfg["sft"] = {**cfg["sft"], "data_dir": str(REPO / cfg["sft"]["data_dir"])}
     cfg["generation"] = {**cfg["generation"], "max_new_tokens": 32}
+    cfg["evaluation"]["tasks"] = [
+        {**t, "max_examples": 4, "max_new_tokens": 16} for t in cfg["evaluation"]["tasks"]
+    ]
     run_snakemake(root / "work", write_config(root, cfg), timeout=1800)
     return root / "work" / "results" / "default-small"
 
@@ -40,6 +43,10 @@ def test_default_pool_runs_one_iteration(default_run):
     assert (responses["response"].str.len() > 0).all()
     for m in ("adder", "subtractor", "multiplier", "storyteller"):
         assert (default_run / f"iter_1/members/{m}/member.json").is_file()
+    selection = pd.read_csv(default_run / "evaluation/selection.tsv", sep="\t")
+    assert set(selection["stage"]) == {"best initial", "best final"}
+    assert (default_run / "analysis/label_accuracy.parquet").is_file()
+    assert (default_run / "report/reputation.png").is_file()
 
 
 def test_initial_members_answer_differently_at_temperature_zero(default_run):

@@ -3,9 +3,10 @@
 import pandas as pd
 
 from sparta import tables
-from sparta.evaluate import evaluate_task, load_task
+from sparta.evaluate import evaluate_task
 from sparta.logs import setup
 from sparta.models import MemberLoader, MemberSpec
+from sparta.tasks import load_task
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)

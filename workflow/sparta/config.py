@@ -96,6 +96,12 @@ def check(config: dict, root: str | Path = ".") -> None:
         read_prompt_file(root / p["file"], p["prompt_column"], p.get("answer_column"), p.get("id_column"))
     except (PromptFileError, KeyError) as e:
         problems.append(str(e))
+    for task in (
+        config.get("evaluation", {}).get("tasks", [])
+        if config.get("evaluation", {}).get("enabled", True)
+        else []
+    ):
+        problems.extend(_check_task(task, config, root))
     try:
         reputation_params(config)
         match_params(config)
@@ -103,6 +109,30 @@ def check(config: dict, root: str | Path = ".") -> None:
         problems.append(str(e))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_task(task: dict, config: dict, root: Path) -> list[str]:
+    from .tasks import TaskError, load_task
+
+    name = f"evaluation.tasks ({task.get('name')})"
+    metric = task.get("metric", "exact_match")
+    if task.get("source", "file") == "prompts":
+        if metric in ("exact_match", "multiple_choice") and not config.get("prompts", {}).get(
+            "answer_column"
+        ):
+            return [f"{name}: metric {metric} on source prompts needs prompts.answer_column"]
+        if metric == "truthfulqa_mc":
+            return [f"{name}: truthfulqa_mc needs a file task with options and labels"]
+        return []
+    if not task.get("file"):
+        return [f"{name}: give file (or source: prompts)"]
+    if metric == "judge_score" and not config.get("evaluation", {}).get("judge"):
+        return [f"{name}: metric judge_score needs evaluation.judge"]
+    try:
+        load_task({**task, "file": str(root / task["file"])}, {}, 0)
+    except (TaskError, KeyError) as e:
+        return [str(e)]
+    return []
 
 
 def reputation_params(config: dict) -> ReputationParams:

@@ -23,28 +23,32 @@ class PromptFileError(ValueError):
     """A prompt file that cannot be used; the message names the file and what to fix."""
 
 
-def read_prompt_file(path: str | Path, prompt_column: str, answer_column: str | None = None,
-                     id_column: str | None = None) -> pd.DataFrame:  # fmt: skip
-    """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
+def read_table_file(path: str | Path, what: str = "prompt file", key: str = "prompts.file") -> pd.DataFrame:
+    """A jsonl, json, csv or parquet file as a DataFrame, with errors that name the file."""
     path = Path(path)
     if not path.is_file():
-        raise PromptFileError(f"prompt file {path} does not exist (config key prompts.file)")
+        raise PromptFileError(f"{what} {path} does not exist (config key {key})")
     suffix = path.suffix.lower()
     try:
         if suffix in (".jsonl", ".ndjson"):
-            df = pd.read_json(path, lines=True) if path.stat().st_size else pd.DataFrame()
-        elif suffix == ".json":
-            df = pd.read_json(path)
-        elif suffix == ".csv":
-            df = pd.read_csv(path) if path.stat().st_size else pd.DataFrame()
-        elif suffix == ".parquet":
-            df = pd.read_parquet(path)
-        else:
-            raise PromptFileError(f"prompt file {path}: use .jsonl, .json, .csv or .parquet")
+            return pd.read_json(path, lines=True) if path.stat().st_size else pd.DataFrame()
+        if suffix == ".json":
+            return pd.read_json(path)
+        if suffix == ".csv":
+            return pd.read_csv(path) if path.stat().st_size else pd.DataFrame()
+        if suffix == ".parquet":
+            return pd.read_parquet(path)
     except ValueError as e:
-        if isinstance(e, PromptFileError):
-            raise
-        raise PromptFileError(f"prompt file {path} could not be read: {e}") from e
+        raise PromptFileError(f"{what} {path} could not be read: {e}") from e
+    raise PromptFileError(f"{what} {path}: use .jsonl, .json, .csv or .parquet")
+
+
+def read_prompt_file(
+    path: str | Path, prompt_column: str, answer_column: str | None = None, id_column: str | None = None
+) -> pd.DataFrame:
+    """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
+    path = Path(path)
+    df = read_table_file(path)
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
     for key, col in (("prompts.prompt_column", prompt_column), ("prompts.answer_column", answer_column),

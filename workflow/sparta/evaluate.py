@@ -12,11 +12,8 @@ answer 0-10 against a reference, by the same expected-score method as cross-judg
 
 from __future__ import annotations
 
-import ast
-import json
 import logging
 import string
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -26,10 +23,9 @@ from . import metrics
 from .generate import SamplingParams, generate
 from .judge import expected_scores
 from .models import chat_text
+from .tasks import Task, TaskError, parse_list
 
 log = logging.getLogger(__name__)
-
-METRICS = ("exact_match", "multiple_choice", "truthfulqa_mc", "judge_score")
 
 REFERENCE_JUDGE_PROMPT = (
     "Please act as an impartial judge and evaluate the response to the instruction below, "
@@ -38,70 +34,6 @@ REFERENCE_JUDGE_PROMPT = (
     "[Reference answer]\n{reference}\n\n[Response]\n{response}\n[End of response]\n\n"
     'Output only a JSON object of the form {{"score": N}}, where N is an integer from 0 to 10.'
 )
-
-
-class TaskError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    metric: str
-    rows: dict[str, pd.DataFrame]  # split -> columns example_id, prompt, answer, options, labels
-    answer: str = "number"
-    chat_template: bool = True
-    max_new_tokens: int = 256
-
-
-def _parse_list(value):
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return ast.literal_eval(value)
-    return list(value)
-
-
-def load_task(spec: dict, prompt_splits: dict[str, pd.DataFrame], seed: int) -> Task:
-    """A task from its config entry (see evaluation.tasks in the config schema)."""
-    metric = spec.get("metric", "exact_match")
-    if metric not in METRICS:
-        raise TaskError(f"task {spec['name']}: unknown metric {metric!r}; use one of {METRICS}")
-    limit = spec.get("max_examples")
-    if spec.get("source", "file") == "prompts":
-        rows = {
-            s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
-        }
-    else:
-        from .data import PromptFileError, read_prompt_file
-
-        path = Path(spec["file"])
-        try:
-            base = read_prompt_file(path, spec.get("prompt_column", "prompt"), spec.get("answer_column"),
-                                    spec.get("id_column"))  # fmt: skip
-        except PromptFileError as e:
-            raise TaskError(f"task {spec['name']}: {e}") from e
-        raw = pd.read_json(path, lines=True) if path.suffix == ".jsonl" else None
-        for key in ("options_column", "labels_column", "reference_column"):
-            col = spec.get(key)
-            if col:
-                if raw is None or col not in raw.columns:
-                    raise TaskError(f"task {spec['name']}: no column {col!r} ({key}) in {path}")
-                base[key.removesuffix("_column")] = raw[col].to_list()
-        base = base.rename(columns={"prompt_id": "example_id"})
-        shuffled = base.sample(frac=1.0, random_state=seed).reset_index(drop=True)
-        half = len(shuffled) // 2
-        rows = {"validation": shuffled.iloc[:half], "test": shuffled.iloc[half:]}
-    if limit:
-        rows = {s: df.head(int(limit)).reset_index(drop=True) for s, df in rows.items()}
-    for s, df in rows.items():
-        if len(df) == 0:
-            raise TaskError(f"task {spec['name']}: the {s} split is empty")
-        if metric in ("exact_match", "multiple_choice") and ("answer" not in df or df["answer"].isna().all()):
-            raise TaskError(f"task {spec['name']}: metric {metric} needs an answer column")
-    return Task(spec["name"], metric, rows, spec.get("answer", "number"), spec.get("chat_template", True),
-                spec.get("max_new_tokens", 256))  # fmt: skip
 
 
 def mc_prompt(question: str, options: list[str]) -> str:
@@ -139,7 +71,7 @@ def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, j
         if task.metric == "truthfulqa_mc":
             scores, preds, extra = [], [], []
             for r in df.itertuples(index=False):
-                options, labels = _parse_list(r.options), [int(x) for x in _parse_list(r.labels)]
+                options, labels = parse_list(r.options), [int(x) for x in parse_list(r.labels)]
                 lps = option_logprobs(model, tok, _prompt_text(tok, task, r.prompt, system), options)
                 mc1, mc2 = metrics.mc1_mc2(lps, labels)
                 scores.append(mc2)
@@ -150,14 +82,14 @@ def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, j
             continue
         prompts = df["prompt"].tolist()
         if task.metric == "multiple_choice" and "options" in df:
-            prompts = [mc_prompt(p, _parse_list(o)) for p, o in zip(prompts, df["options"])]
+            prompts = [mc_prompt(p, parse_list(o)) for p, o in zip(prompts, df["options"])]
         texts = [_prompt_text(tok, task, p, system) for p in prompts]
         outs = generate(model, tok, texts, greedy, 0, batch_size, desc=f"eval {task.name} {split}")
         preds = [o.text for o in outs]
         if task.metric == "exact_match":
             scores = [float(metrics.exact_match(p, a, task.answer)) for p, a in zip(preds, df["answer"])]
         elif task.metric == "multiple_choice":
-            n = [len(_parse_list(o)) for o in df["options"]] if "options" in df else [5] * len(df)
+            n = [len(parse_list(o)) for o in df["options"]] if "options" in df else [5] * len(df)
             scores = [
                 float(metrics.extract_choice(p, k) == str(a).strip().upper()[:1])
                 for p, a, k in zip(preds, df["answer"], n)

@@ -1,0 +1,78 @@
+"""Evaluation of a member on each kind of task, on a tiny random model."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from sparta.evaluate import evaluate_task
+from sparta.models import MemberLoader, MemberSpec
+from sparta.tasks import TaskError, load_task
+
+from .tiny import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    loader = MemberLoader("cpu", "float32")
+    spec = MemberSpec("tiny", str(folder))
+    return loader.load(spec), loader.tokenizer(spec)
+
+
+@pytest.fixture
+def files(tmp_path):
+    mc = pd.DataFrame(
+        {
+            "question": [f"Which is {i}?" for i in range(6)],
+            "options": [["1", "2", "3", "4"]] * 6,
+            "letter": list("ABCDAB"),
+            "labels": [[1, 0, 0, 0]] * 6,
+            "reference": ["one"] * 6,
+        }
+    )
+    mc.to_json(tmp_path / "mc.jsonl", orient="records", lines=True)
+    mc.assign(options=mc["options"].map(json.dumps), labels=mc["labels"].map(json.dumps)).to_parquet(
+        tmp_path / "tqa.parquet"
+    )
+    return tmp_path
+
+
+def test_each_metric_runs_and_scores_in_range(tiny, files):
+    model, tok = tiny
+    prompts = pd.DataFrame(
+        {"prompt_id": ["a", "b"], "prompt": ["What is 3 + 4?", "What is 2 * 5?"], "answer": ["7", "10"],
+         "domain": "x"}
+    )  # fmt: skip
+    splits = {"validation": prompts, "test": prompts}
+    specs = [
+        {"name": "arith", "source": "prompts", "metric": "exact_match", "max_new_tokens": 4},
+        {"name": "mc", "file": str(files / "mc.jsonl"), "prompt_column": "question",
+         "answer_column": "letter",
+         "options_column": "options", "metric": "multiple_choice", "max_new_tokens": 4},
+        {"name": "tqa", "file": str(files / "tqa.parquet"), "prompt_column": "question",
+         "options_column": "options", "labels_column": "labels", "metric": "truthfulqa_mc"},
+        {"name": "open", "file": str(files / "mc.jsonl"), "prompt_column": "question",
+         "reference_column": "reference", "metric": "judge_score", "max_new_tokens": 4},
+    ]  # fmt: skip
+    for spec in specs:
+        task = load_task(spec, splits, seed=0)
+        result = evaluate_task(model, tok, task, "sys", batch_size=4, judge=(model, tok))
+        assert set(result["split"]) == {"validation", "test"}
+        low, high = (0, 10) if spec["metric"] == "judge_score" else (0, 1)
+        assert result["score"].between(low, high).all(), spec["name"]
+        if spec["metric"] == "truthfulqa_mc":
+            assert set(result["mc1"]) <= {0.0, 1.0}
+    # a file task is split in half with the seed
+    task = load_task(specs[1], splits, seed=0)
+    assert len(task.rows["validation"]) == 3 and len(task.rows["test"]) == 3
+
+
+def test_bad_task_is_named(files):
+    with pytest.raises(TaskError, match="no column 'choices'"):
+        load_task({"name": "mc", "file": str(files / "mc.jsonl"), "prompt_column": "question",
+                   "options_column": "choices", "metric": "multiple_choice"}, {}, 0)  # fmt: skip
+    with pytest.raises(TaskError, match="unknown metric"):
+        load_task({"name": "x", "file": str(files / "mc.jsonl"), "metric": "bleu"}, {}, 0)
+    with pytest.raises(TaskError, match="does not exist"):
+        load_task({"name": "x", "file": str(files / "nope.jsonl"), "prompt_column": "q"}, {}, 0)

@@ -1,0 +1,83 @@
+"""Evaluation tasks: loading and checking, without any model (see evaluate.py for scoring).
+
+A task is a local file (jsonl, json, csv, parquet) with a column mapping, or the experiment's
+own validation/test prompts (``source: prompts``). A file task is split evenly, with the
+seed, into validation and test, as the paper built its splits (appendix C.2).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+METRICS = ("exact_match", "multiple_choice", "truthfulqa_mc", "judge_score")
+
+
+class TaskError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    metric: str
+    rows: dict[str, pd.DataFrame]  # split -> columns example_id, prompt, answer, options, labels
+    answer: str = "number"
+    chat_template: bool = True
+    max_new_tokens: int = 256
+
+
+def parse_list(value):
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return ast.literal_eval(value)
+    return list(value)
+
+
+def load_task(spec: dict, prompt_splits: dict[str, pd.DataFrame], seed: int) -> Task:
+    """A task from its config entry (see evaluation.tasks in the config schema)."""
+    metric = spec.get("metric", "exact_match")
+    if metric not in METRICS:
+        raise TaskError(f"task {spec['name']}: unknown metric {metric!r}; use one of {METRICS}")
+    limit = spec.get("max_examples")
+    if spec.get("source", "file") == "prompts":
+        rows = {
+            s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
+        }
+    else:
+        from .data import PromptFileError, read_prompt_file, read_table_file
+
+        path = Path(spec["file"])
+        where = f"evaluation task {spec['name']}"
+        try:
+            raw = read_table_file(path, f"{where}: file", "evaluation.tasks[].file")
+            base = read_prompt_file(
+                path, spec.get("prompt_column", "prompt"), spec.get("answer_column"), spec.get("id_column")
+            )
+        except PromptFileError as e:
+            raise TaskError(f"{where}: {e}") from e
+        for key in ("options_column", "labels_column", "reference_column"):
+            col = spec.get(key)
+            if col:
+                if col not in raw.columns:
+                    raise TaskError(f"{where}: no column {col!r} ({key}) in {path}")
+                base[key.removesuffix("_column")] = raw[col].to_list()
+        base = base.rename(columns={"prompt_id": "example_id"})
+        shuffled = base.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+        half = len(shuffled) // 2
+        rows = {"validation": shuffled.iloc[:half], "test": shuffled.iloc[half:]}
+    if limit:
+        rows = {s: df.head(int(limit)).reset_index(drop=True) for s, df in rows.items()}
+    for s, df in rows.items():
+        if len(df) == 0:
+            raise TaskError(f"task {spec['name']}: the {s} split is empty")
+        if metric in ("exact_match", "multiple_choice") and ("answer" not in df or df["answer"].isna().all()):
+            raise TaskError(f"task {spec['name']}: metric {metric} needs an answer column")
+    return Task(spec["name"], metric, rows, spec.get("answer", "number"), spec.get("chat_template", True),
+                spec.get("max_new_tokens", 256))  # fmt: skip
