@@ -111,3 +111,16 @@ def test_loader_shares_one_base_between_members(sft_adapter):
     assert len(loader._bases) == 1  # one base in memory for both members
     assert not torch.allclose(ann, plain)
     assert torch.equal(ann, again)
+
+
+def test_dpo_is_reproducible_with_the_same_seed(sft_adapter, tmp_path):
+    """Same seed, same pairs: byte-identical adapters, also for a fresh LoRA (random A init)."""
+    base, adapter = sft_adapter
+    specs = {"fresh": MemberSpec("cid", str(base)), "cont": MemberSpec("ann", str(base), str(adapter))}
+    for name, spec in specs.items():
+        outs = []
+        for k in range(2):
+            dpo_member(spec, PAIRS, tmp_path / f"{name}{k}", DPOParams(learning_rate=1e-2, max_length=128),
+                       LoraParams(), seed=3, system=None, device="cpu")  # fmt: skip
+            outs.append(load_file(tmp_path / f"{name}{k}" / "adapter" / "adapter_model.safetensors"))
+        assert all(torch.equal(outs[0][key], outs[1][key]) for key in outs[0]), name

@@ -105,8 +105,10 @@ def dpo_member(
             return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir)}
         return {"pairs": 0, "steps": 0, "adapter": None}
 
+    from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
 
+    set_seed(seed)  # before a fresh LoRA is initialised (its A matrices are random)
     tok = load_tokenizer(spec.base)
     tok.padding_side = "right"
     model = _trainable_member(spec, lora, device, dtype)
@@ -174,8 +176,10 @@ def sft_member(
 ) -> dict:
     """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter."""
     from datasets import Dataset
+    from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
+    set_seed(seed)
     if len(examples) == 0:
         raise ValueError(f"member {name}: the SFT data is empty")
     out_dir = Path(out_dir)
