@@ -7,7 +7,7 @@ from sparta import config as sparta_config
 
 
 validate(config, schema="../workflow/schemas/config.schema.yaml")
-sparta_config.check(config, workflow.basedir)
+sparta_config.check(config, ".")  # paths are relative to the working directory, as in jobs
 
 EXP = config["experiment"]
 MEMBERS = [m["name"] for m in config["members"]]

@@ -6,18 +6,7 @@ import pandas as pd
 import pytest
 
 from sparta.evaluate import evaluate_task
-from sparta.models import MemberLoader, MemberSpec
 from sparta.tasks import TaskError, load_task
-
-from .tiny import build_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    loader = MemberLoader("cpu", "float32")
-    spec = MemberSpec("tiny", str(folder))
-    return loader.load(spec), loader.tokenizer(spec)
 
 
 @pytest.fixture

@@ -17,17 +17,7 @@ from sparta.judge import (
     judge_text,
     parse_score,
 )
-from sparta.models import MemberLoader, MemberSpec, chat_text
-
-from .tiny import build_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    loader = MemberLoader("cpu", "float32")
-    spec = MemberSpec("tiny", str(folder))
-    return loader.load(spec), loader.tokenizer(spec)
+from sparta.models import chat_text
 
 
 @pytest.mark.parametrize(
