@@ -134,7 +134,7 @@ def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame) ->
     """Pearson r per task between a member's reputation at the end of iteration t and the
     validation score of the member that fought in iteration t (its checkpoint t - 1); over
     every (member, iteration) point and over per-member averages (as the paper's Figure 5)."""
-    rep = states.rename(columns={"member": "member"})[["iteration", "member", "reputation"]]
+    rep = states[["iteration", "member", "reputation"]]
     val = evaluation[evaluation["split"] == "validation"].assign(iteration=lambda d: d["checkpoint"] + 1)
     rows = []
     for task, v in val.groupby("task"):

@@ -7,7 +7,6 @@ Every message names the config key or file to fix.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 from pathlib import Path
 
@@ -144,7 +143,3 @@ def reputation_params(config: dict) -> ReputationParams:
 def match_params(config: dict) -> MatchParams:
     section = {k: v for k, v in config.get("matchmaking", {}).items() if k != "rounds_per_iteration"}
     return MatchParams(**section)
-
-
-def as_dict(params) -> dict:
-    return dataclasses.asdict(params)

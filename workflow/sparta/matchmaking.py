@@ -22,7 +22,7 @@ from . import tables
 # independent random streams; changing one never shifts another
 _STREAM_PROMPTS = 0
 _STREAM_FIRSTS = 1
-_STREAM_OPPONENTS = 2
+STREAM_OPPONENTS = 2  # also used by reputation.run_sequential
 
 
 class PoolError(ValueError):
@@ -160,7 +160,7 @@ def match_round(
     if len(rows) == 0:
         return tables.empty("duels")
     iteration = int(rows["iteration"].iloc[0])
-    rng = rng_for(seed, iteration, round_, _STREAM_OPPONENTS)
+    rng = rng_for(seed, iteration, round_, STREAM_OPPONENTS)
     opponents = [members[pick_opponent(index[a], rep, params, rng)] for a in rows["model_a"]]
     return pd.DataFrame(
         {

@@ -29,9 +29,16 @@ import numpy as np
 import pandas as pd
 
 from . import tables
-from .matchmaking import MatchParams, check_pool, duel_id, pick_opponent, plan_iteration, rng_for
+from .matchmaking import (
+    STREAM_OPPONENTS,
+    MatchParams,
+    check_pool,
+    duel_id,
+    pick_opponent,
+    plan_iteration,
+    rng_for,
+)
 
-_STREAM_OPPONENTS = 2  # same stream as matchmaking.match_round
 _SQRT2 = math.sqrt(2.0)
 
 
@@ -475,7 +482,7 @@ def run_sequential(
         new_prefs = []
         for row in plan.itertuples(index=False):
             state.round = int(row.round)
-            rng = rng_for(seed, t, state.round, _STREAM_OPPONENTS)
+            rng = rng_for(seed, t, state.round, STREAM_OPPONENTS)
             ia = state.index[row.model_a]
             a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)]
             ya, yb = respond(a, row.prompt), respond(b, row.prompt)
