@@ -25,27 +25,30 @@ rule matchmake:
 
 
 rule combat:
-    """One member answers every prompt of the round's duels it fights in (batched)."""
+    """Each member answers every prompt of the round's duels it fights in (batched). One job
+    per member (fanout: member) or one job for the whole pool (fanout: pool)."""
     input:
         duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
-        member=member_json,
+        members=served_member_jsons("member"),
     output:
-        responses="results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet",
+        responses=fanout_output("results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet"),
     params:
+        members=lambda wc: served(wc),
+        backend=config["backend"],
+        vllm=config["vllm"],
         generation=config["generation"],
         seed=config["seed"],
         system=config["system_prompt"],
         device=config["device"],
         dtype=config["dtype"],
     log:
-        "results/{exp}/logs/iter_{t}/round_{r}/combat_{member}.log",
+        f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.log",
     benchmark:
-        "results/{exp}/benchmarks/iter_{t}/round_{r}/combat_{member}.tsv"
+        f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.tsv"
     threads: 1
     resources:
-        mem_mb=16000,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **stage_resources("combat"),
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/combat.py"

@@ -1,4 +1,5 @@
 # Validation, wildcard constraints and input functions; no rules.
+import os
 import re
 
 from snakemake.utils import validate
@@ -12,19 +13,28 @@ sparta_config.check(config, ".")  # paths are relative to the working directory,
 EXP = config["experiment"]
 MEMBERS = [m["name"] for m in config["members"]]
 MEMBER_SPECS = {m["name"]: m for m in config["members"]}
+SFT_MEMBERS = [m["name"] for m in config["members"] if m.get("sft_domain")]
 ITERATIONS = list(range(1, config["iterations"] + 1))
 ROUNDS = list(range(config["matchmaking"]["rounds_per_iteration"]))
 LAST_ROUND = ROUNDS[-1]
 GGUF_BASES = [k for k, v in config["base_models"].items() if "gguf_file" in v]
+FANOUT = config["fanout"]
+# conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
+MODEL_ENV = "../envs/vllm.yaml" if config["backend"] == "vllm" else "../envs/train.yaml"  # member: one job per member / judge; pool: one job serves all
+
+
+def alternatives(names):
+    """A wildcard regex matching exactly these names (nothing when empty)."""
+    return "|".join(map(re.escape, names)) or "(?!)"
 
 
 wildcard_constraints:
     exp=re.escape(EXP),
     t=r"\d+",
     r=r"\d+",
-    member="|".join(map(re.escape, MEMBERS)),
-    judge="|".join(map(re.escape, MEMBERS)),
-    base="|".join(map(re.escape, GGUF_BASES)) or "NO_GGUF_BASE",
+    member=alternatives(MEMBERS),
+    judge=alternatives(MEMBERS),
+    base=alternatives(GGUF_BASES),
     split="alignment|validation|test",
 
 
@@ -42,10 +52,6 @@ def member_json(wildcards, member=None, t=None):
     t = int(wildcards.t) if t is None else t
     member = member or getattr(wildcards, "member", None) or wildcards.judge
     return f"results/{EXP}/iter_{t - 1}/members/{member}/member.json"
-
-
-def judge_member_json(wildcards):
-    return member_json(wildcards, member=wildcards.judge)
 
 
 def previous_state(wildcards):
@@ -146,3 +152,55 @@ def final_outputs():
             exp=EXP, t=config["iterations"], member=MEMBERS,
         ),
     ]
+
+
+# Fan-out: the same rule is one job per member (wildcard {member} / {judge}) or one job per
+# round serving the whole pool; its outputs are the same per-member files either way.
+
+
+def fanout_output(pattern, key="member"):
+    """``pattern`` (with ``{key}``) as the output of one job: itself, or every member's file."""
+    if FANOUT == "member":
+        return pattern
+    return expand(pattern, **{key: MEMBERS}, allow_missing=True)
+
+
+def fanout_name(prefix, key="member"):
+    """Log / benchmark name of one job: ``combat_{member}`` or ``combat_pool``."""
+    return f"{prefix}_{{{key}}}" if FANOUT == "member" else f"{prefix}_pool"
+
+
+def served(wildcards, key="member"):
+    """The members one job serves."""
+    return [getattr(wildcards, key)] if FANOUT == "member" else MEMBERS
+
+
+def served_member_jsons(key, iteration_offset=1):
+    """member.json of every member a job serves, as they enter iteration t (offset 1) or
+    as checkpoint t (offset 0)."""
+
+    def paths(wildcards):
+        t = int(wildcards.t) - iteration_offset
+        return [f"results/{EXP}/iter_{t}/members/{m}/member.json" for m in served(wildcards, key)]
+
+    return paths
+
+
+# Cluster resources of a model stage: config resources.<stage>, runtime and memory grow with
+# the attempt so a retry after a Slurm time or memory limit asks for more. Account and
+# partition come from the environment when set (or from the profile's default-resources).
+
+
+def stage_resources(stage):
+    r = config["resources"][stage]
+    res = dict(
+        gpu=r["gpu"],
+        mem_mb=lambda wc, attempt: int(r["mem_mb"] * (1 + 0.5 * (attempt - 1))),
+        runtime=lambda wc, attempt: r["runtime"] * attempt,
+    )
+    if r["gpu"]:
+        res["cpus_per_gpu"] = r["cpus_per_gpu"]
+    for key, var in (("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")):
+        if os.environ.get(var):
+            res[key] = os.environ[var]
+    return res

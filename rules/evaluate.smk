@@ -2,30 +2,33 @@
 
 
 rule evaluate_member:
-    """One member at checkpoint t (0 = initial pool) on every task's validation and test split."""
+    """A member at checkpoint t (0 = initial pool) on every task's validation and test split.
+    One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
     input:
-        member="results/{exp}/iter_{t}/members/{member}/member.json",
+        members=served_member_jsons("member", iteration_offset=0),
         validation="results/{exp}/data/validation.parquet",
         test="results/{exp}/data/test.parquet",
         tasks=evaluation_task_files,
     output:
-        scores="results/{exp}/evaluation/checkpoint_{t}/{member}.parquet",
+        scores=fanout_output("results/{exp}/evaluation/checkpoint_{t}/{member}.parquet"),
     params:
+        members=lambda wc: served(wc),
+        backend=config["backend"],
+        vllm=config["vllm"],
         evaluation=config["evaluation"],
         seed=config["seed"],
         system=config["system_prompt"],
         device=config["device"],
         dtype=config["dtype"],
     log:
-        "results/{exp}/logs/evaluation/checkpoint_{t}/{member}.log",
+        f"results/{{exp}}/logs/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.log",
     benchmark:
-        "results/{exp}/benchmarks/evaluation/checkpoint_{t}/{member}.tsv"
+        f"results/{{exp}}/benchmarks/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.tsv"
     threads: 1
     resources:
-        mem_mb=16000,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **stage_resources("evaluate"),
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/evaluate_member.py"
 

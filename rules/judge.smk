@@ -2,28 +2,31 @@
 
 
 rule judge:
-    """One judge scores both answers of every duel of the round it does not fight in."""
+    """Each judge scores both answers of every duel of the round it does not fight in. One
+    job per judge (fanout: member) or one job for the whole pool (fanout: pool)."""
     input:
         duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
         responses=round_responses,
-        member=judge_member_json,
+        members=served_member_jsons("judge"),
     output:
-        judgments="results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet",
+        judgments=fanout_output("results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet", "judge"),
     params:
+        judges=lambda wc: served(wc, "judge"),
+        backend=config["backend"],
+        vllm=config["vllm"],
         judge=config["judge"],
         seed=config["seed"],
         system=config["system_prompt"],
         device=config["device"],
         dtype=config["dtype"],
     log:
-        "results/{exp}/logs/iter_{t}/round_{r}/judge_{judge}.log",
+        f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.log",
     benchmark:
-        "results/{exp}/benchmarks/iter_{t}/round_{r}/judge_{judge}.tsv"
+        f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.tsv"
     threads: 1
     resources:
-        mem_mb=16000,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **stage_resources("judge"),
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/judge.py"

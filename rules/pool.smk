@@ -14,7 +14,7 @@ rule convert_gguf:
     benchmark:
         "results/_bases/logs/convert_{base}.benchmark.tsv"
     resources:
-        mem_mb=8000,
+        **stage_resources("convert"),
     conda:
         "../envs/train.yaml"
     script:
@@ -41,14 +41,15 @@ rule split_prompts:
         "../workflow/scripts/split_prompts.py"
 
 
-rule init_member:
-    """A member of the initial pool: a short LoRA SFT on its domain when it has one, else
-    its configured adapter (or none)."""
+rule sft_member:
+    """A member of the initial pool with an sft_domain: a short LoRA SFT on its domain."""
     input:
         base=base_marker,
         sft=sft_data,
     output:
         member="results/{exp}/iter_0/members/{member}/member.json",
+    wildcard_constraints:
+        member=alternatives(SFT_MEMBERS),
     params:
         spec=lambda wc: MEMBER_SPECS[wc.member],
         base=lambda wc: base_folder(wc.member),
@@ -64,10 +65,29 @@ rule init_member:
         "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
     threads: 2
     resources:
-        mem_mb=16000,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **stage_resources("sft"),
     conda:
         "../envs/train.yaml"
+    script:
+        "../workflow/scripts/init_member.py"
+
+
+rule init_member:
+    """A member of the initial pool without SFT: its configured adapter, or the base alone."""
+    input:
+        base=base_marker,
+    output:
+        member="results/{exp}/iter_0/members/{member}/member.json",
+    wildcard_constraints:
+        member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS]),
+    params:
+        spec=lambda wc: MEMBER_SPECS[wc.member],
+        base=lambda wc: base_folder(wc.member),
+    log:
+        "results/{exp}/logs/iter_0/init_{member}.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
     script:
         "../workflow/scripts/init_member.py"
 

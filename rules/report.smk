@@ -23,7 +23,8 @@ rule analyze:
     benchmark:
         "results/{exp}/benchmarks/analyze.tsv"
     resources:
-        mem_mb=4000,
+        mem_mb=8000,
+        runtime=lambda wc, attempt: 60 * attempt,
     conda:
         "../envs/train.yaml"
     script:

@@ -9,6 +9,8 @@ rule dpo:
         member=member_json,
     output:
         member="results/{exp}/iter_{t}/members/{member}/member.json",
+    wildcard_constraints:
+        t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:
         dpo=config["dpo"],
         lora=config["lora"],
@@ -22,8 +24,7 @@ rule dpo:
         "results/{exp}/benchmarks/iter_{t}/dpo_{member}.tsv"
     threads: 2
     resources:
-        mem_mb=24000,
-        runtime=lambda wc, attempt: 120 * attempt,
+        **stage_resources("dpo"),
     conda:
         "../envs/train.yaml"
     script:

@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from sparta.engines import HFModel
 from sparta.evaluate import evaluate_task
 from sparta.tasks import TaskError, load_task
 
@@ -46,7 +47,8 @@ def test_each_metric_runs_and_scores_in_range(tiny, files):
     ]  # fmt: skip
     for spec in specs:
         task = load_task(spec, splits, seed=0)
-        result = evaluate_task(model, tok, task, "sys", batch_size=4, judge=(model, tok))
+        served = HFModel(model, tok)
+        result = evaluate_task(served, task, "sys", batch_size=4, judge=served)
         assert set(result["split"]) == {"validation", "test"}
         low, high = (0, 10) if spec["metric"] == "judge_score" else (0, 1)
         assert result["score"].between(low, high).all(), spec["name"]

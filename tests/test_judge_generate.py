@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from sparta.engines import HFModel
 from sparta.generate import SamplingParams, generate
 from sparta.judge import (
     ASSISTANT_PREFIX,
@@ -57,7 +58,7 @@ def test_expected_mode_equals_brute_force(tiny):
     """The cached continuation scoring equals scoring each full candidate sequence alone."""
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 2 * 5?", "It is 10, I think. " * 3)]
-    out = judge_by_expectation(model, tok, items, 512, "sys", batch_size=2)
+    out = judge_by_expectation(HFModel(model, tok), items, 512, "sys", batch_size=2)
     for item, j in zip(items, out):
         text, _ = judge_text(tok, item, 512, "sys", ASSISTANT_PREFIX)
         prompt, conts = candidate_ids(tok, text)
@@ -94,7 +95,7 @@ def test_truncation_keeps_instruction_and_prefix(tiny):
 def test_generate_mode_on_random_model_gives_null_scores(tiny):
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7")] * 3
-    out = judge_by_generation(model, tok, items, SamplingParams(max_new_tokens=8), 0, 512, "sys", 2)
+    out = judge_by_generation(HFModel(model, tok), items, SamplingParams(max_new_tokens=8), 0, 512, "sys", 2)
     assert len(out) == 3
     for j in out:
         assert (j.score is None) == (j.error is not None)

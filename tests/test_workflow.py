@@ -11,32 +11,20 @@ import torch
 
 from sparta import tables
 
-from .tiny import build_tiny_model
 from .workflow_helpers import read_all, run_snakemake, snakemake_cmd, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
 EXP = "results/tiny"
 
 
-@pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_base") / "model")
-
-
-@pytest.fixture(scope="module")
-def run_a(tmp_path_factory, tiny_base):
-    root = tmp_path_factory.mktemp("run_a")
-    cfg = write_config(root, tiny_config(tiny_base))
-    proc = run_snakemake(root / "work", cfg)
-    return root / "work", proc
-
-
 @pytest.fixture(scope="module")
 def run_b(tmp_path_factory, tiny_base):
-    """The same config, interrupted (SIGTERM, as Ctrl-C or a scheduler would) during
-    iteration 1 once some judges finished, then resumed with the same command."""
+    """The same experiment with fanout pool (one job per round serves every member),
+    interrupted (SIGTERM, as Ctrl-C or a scheduler would) during iteration 1 once judging
+    finished, then resumed with the same command. Its tables must equal run_a's: neither
+    the fan-out nor the interruption may change a result."""
     root = tmp_path_factory.mktemp("run_b")
-    cfg = write_config(root, tiny_config(tiny_base))
+    cfg = write_config(root, tiny_config(tiny_base, fanout="pool"))
     work = root / "work"
     log = open(root / "first.log", "w")
     proc = subprocess.Popen(snakemake_cmd(work, cfg), stdout=log, stderr=subprocess.STDOUT)
@@ -104,11 +92,21 @@ def test_members_chain_and_adapters_are_standard_peft(run_a):
     assert fresh.adapter is not None  # a member without an adapter gets one from its first DPO
 
 
-def test_same_seed_gives_identical_tables(run_a, run_b):
+def test_same_seed_gives_identical_tables_with_either_fanout(run_a, run_b):
     a, b = run_a[0], run_b[0]
-    for pattern in (f"{EXP}/iter_*/round_*/duels.parquet", f"{EXP}/iter_*/round_*/judgments/*.parquet",
-                    f"{EXP}/iter_*/preferences.parquet"):  # fmt: skip
-        pd.testing.assert_frame_equal(_tables(a, pattern), _tables(b, pattern))
+    for pattern in (f"{EXP}/iter_*/round_*/duels.parquet", f"{EXP}/iter_*/round_*/responses/*.parquet",
+                    f"{EXP}/iter_*/round_*/judgments/*.parquet", f"{EXP}/iter_*/preferences.parquet",
+                    f"{EXP}/evaluation/checkpoint_*/*.parquet"):  # fmt: skip
+        pd.testing.assert_frame_equal(_tables(a, pattern), _tables(b, pattern), obj=pattern)
+    # fanout pool: one combat, one judging job per round, one evaluation job per checkpoint
+    assert sorted(p.name for p in (b / EXP / "logs/iter_1/round_0").iterdir()) == [
+        "aggregate.log",
+        "combat_pool.log",
+        "judge_pool.log",
+        "matchmake.log",
+    ]
+    assert (b / EXP / "logs/evaluation/checkpoint_2/evaluate_pool.log").is_file()
+    assert (a / EXP / "logs/iter_1/round_0/combat_ann.log").is_file()
 
 
 def test_resume_after_interruption_reruns_nothing_finished(run_a, run_b):

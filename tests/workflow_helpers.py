@@ -91,3 +91,34 @@ def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
         else:
             cfg[key] = value
     return cfg
+
+
+def fake_model_folder(folder: Path, adapter: bool = False) -> None:
+    """A stand-in model (config.json) or adapter (adapter_config.json) folder: enough for the
+    config checks and a dry run, never loaded."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "adapter_config.json" if adapter else "config.json"
+    (folder / name).write_text(json.dumps({"r": 16} if adapter else {"model_type": "qwen2"}))
+
+
+def paper_workspace(work: Path, config_path: Path) -> Path:
+    """The files the paper-scale config points at, as stand-ins (for `snakemake -n`)."""
+    import json
+
+    cfg = yaml.safe_load(config_path.read_text())
+    for spec in cfg["base_models"].values():
+        fake_model_folder(work / spec["path"])
+    for m in cfg["members"]:
+        fake_model_folder(work / m["adapter"], adapter=True)
+    prompts = work / cfg["prompts"]["file"]
+    prompts.parent.mkdir(parents=True, exist_ok=True)
+    prompts.write_text("".join(json.dumps({"prompt": f"Question {i}?"}) + "\n" for i in range(9000)))
+    for task in cfg["evaluation"]["tasks"]:
+        rows = [
+            {"question": f"q{i}", "answer": str(i), "options": ["yes", "no"], "labels": [1, 0]}
+            for i in range(6)
+        ]
+        (work / task["file"]).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return work

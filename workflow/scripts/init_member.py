@@ -1,4 +1,4 @@
-"""rule init_member: iteration-0 member (SFT on its domain, a given adapter, or the base)."""
+"""rules sft_member / init_member: iteration-0 member (SFT on its domain, a given adapter, or the base)."""
 
 from pathlib import Path
 

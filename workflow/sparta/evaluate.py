@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from . import metrics
-from .generate import SamplingParams, generate
+from .generate import SamplingParams
 from .judge import expected_scores
 from .models import chat_text
 from .tasks import Task, TaskError, parse_list
@@ -46,25 +46,30 @@ def _prompt_text(tok, task: Task, prompt: str, system: str | None) -> str:
     return chat_text(tok, prompt, system) if task.chat_template else prompt
 
 
-@torch.no_grad()
-def option_logprobs(model, tok, context: str, options: list[str]) -> list[float]:
-    """Summed log-probability of each option's tokens after ``context``."""
-    device = next(model.parameters()).device
+def option_logprobs(member, context: str, options: list[str], batch_size: int = 8) -> list[float]:
+    """Summed log-probability of each option's tokens after ``context``.
+
+    Each option is tokenized together with the context; the scored tokens start where the
+    two tokenizations part (so a merge across the boundary is scored, not lost)."""
+    tok = member.tok
     ctx = tok(context, add_special_tokens=False)["input_ids"]
-    out = []
+    prompts, conts = [], []
     for option in options:
         full = tok(context + option, add_special_tokens=False)["input_ids"]
         common = 0
         while common < min(len(ctx), len(full)) and ctx[common] == full[common]:
             common += 1
-        ids = torch.tensor([full], device=device)
-        logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
-        out.append(sum(logp[k - 1, full[k]].item() for k in range(max(common, 1), len(full))))
-    return out
+        common = max(common, 1)
+        prompts.append(full[:common])
+        conts.append([full[common:]])
+    return [row[0] for row in member.continuation_logprobs(prompts, conts, batch_size)]
 
 
-def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, judge=None) -> pd.DataFrame:
-    """One row per (split, example): prediction and score (1/0, MC2 mass, or 0-10)."""
+def evaluate_task(member, task: Task, system: str | None, batch_size: int, judge=None) -> pd.DataFrame:
+    """One row per (split, example): prediction and score (1/0, MC2 mass, or 0-10).
+
+    ``member`` and ``judge`` are served members (:mod:`sparta.engines`), of any backend."""
+    tok = member.tok
     frames = []
     greedy = SamplingParams(do_sample=False, max_new_tokens=task.max_new_tokens)
     for split, df in task.rows.items():
@@ -72,7 +77,7 @@ def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, j
             scores, preds, extra = [], [], []
             for r in df.itertuples(index=False):
                 options, labels = parse_list(r.options), [int(x) for x in parse_list(r.labels)]
-                lps = option_logprobs(model, tok, _prompt_text(tok, task, r.prompt, system), options)
+                lps = option_logprobs(member, _prompt_text(tok, task, r.prompt, system), options, batch_size)
                 mc1, mc2 = metrics.mc1_mc2(lps, labels)
                 scores.append(mc2)
                 extra.append(mc1)
@@ -84,7 +89,7 @@ def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, j
         if task.metric == "multiple_choice" and "options" in df:
             prompts = [mc_prompt(p, parse_list(o)) for p, o in zip(prompts, df["options"])]
         texts = [_prompt_text(tok, task, p, system) for p in prompts]
-        outs = generate(model, tok, texts, greedy, 0, batch_size, desc=f"eval {task.name} {split}")
+        outs = member.generate(texts, greedy, 0, batch_size, desc=f"eval {task.name} {split}")
         preds = [o.text for o in outs]
         if task.metric == "exact_match":
             scores = [float(metrics.exact_match(p, a, task.answer)) for p, a in zip(preds, df["answer"])]
@@ -97,13 +102,12 @@ def evaluate_task(model, tok, task: Task, system: str | None, batch_size: int, j
         else:  # judge_score
             if judge is None:
                 raise TaskError(f"task {task.name}: metric judge_score needs evaluation.judge")
-            jmodel, jtok = judge
             refs = df["reference"] if "reference" in df else df["answer"]
             user = [
                 REFERENCE_JUDGE_PROMPT.format(prompt=p, reference=r, response=y)
                 for p, r, y in zip(df["prompt"], refs, preds)
             ]
-            scores = [j.score for j in expected_scores(jmodel, jtok, user, range(0, 11), system, batch_size)]
+            scores = [j.score for j in expected_scores(judge, user, range(0, 11), system, batch_size)]
         frames.append(pd.DataFrame({"split": split, "example_id": df["example_id"].to_numpy(),
                                     "prediction": preds, "score": scores}))  # fmt: skip
     result = pd.concat(frames, ignore_index=True)

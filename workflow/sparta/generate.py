@@ -1,6 +1,6 @@
 """Batched, seeded generation through a model's chat template (Hugging Face backend).
 
-The vLLM backend will sit behind the same ``generate`` signature; both return one
+The vLLM backend (engines.py) has the same ``generate`` signature; both return one
 :class:`Generation` per prompt, in input order.
 """
 

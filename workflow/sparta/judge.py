@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .generate import SamplingParams, generate
+from .generate import SamplingParams
 from .models import chat_text
 
 JUDGE_PROMPT = (
@@ -116,12 +116,15 @@ def parse_score(text: str) -> tuple[float | None, str | None]:
 
 
 def judge_by_generation(
-    model, tok, items: list[JudgeItem], sampling: SamplingParams, seed: int, max_length: int,
+    judge, items: list[JudgeItem], sampling: SamplingParams, seed: int, max_length: int,
     system: str | None, batch_size: int,
 ) -> list[Judgment]:  # fmt: skip
-    """Sample the judge's answer for each item and parse it (mode ``generate``)."""
+    """Sample the judge's answer for each item and parse it (mode ``generate``).
+
+    ``judge`` is a served member (:mod:`sparta.engines`): any backend."""
+    tok = judge.tok
     texts, cut = zip(*(judge_text(tok, it, max_length, system, "") for it in items)) if items else ((), ())
-    outs = generate(model, tok, list(texts), sampling, seed, batch_size, desc="judge")
+    outs = judge.generate(list(texts), sampling, seed, batch_size, desc="judge")
     result = []
     for out, truncated in zip(outs, cut):
         score, error = parse_score(out.text)
@@ -143,7 +146,7 @@ def candidate_ids(tok, text: str, scores=SCORES) -> tuple[list[int], list[list[i
 
 
 def judge_by_expectation(
-    model, tok, items: list[JudgeItem], max_length: int, system: str | None, batch_size: int
+    judge, items: list[JudgeItem], max_length: int, system: str | None, batch_size: int
 ) -> list[Judgment]:
     """Exact probability of each score string, and its expectation (mode ``expected``).
 
@@ -151,35 +154,41 @@ def judge_by_expectation(
     key/value cache. P(s) is normalised over the ten strings; ``raw`` holds the
     distribution and the probability mass the ten strings had before normalising.
     """
-    built = [judge_text(tok, it, max_length, system, ASSISTANT_PREFIX) for it in items]
-    return score_texts(model, tok, [t for t, _ in built], [c for _, c in built], SCORES, batch_size)
+    built = [judge_text(judge.tok, it, max_length, system, ASSISTANT_PREFIX) for it in items]
+    return score_texts(judge, [t for t, _ in built], [c for _, c in built], SCORES, batch_size)
 
 
-def expected_scores(model, tok, user_texts: list[str], scores, system: str | None, batch_size: int):
+def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):
     """Expected score of free-form judge prompts (e.g. against a reference answer)."""
-    texts = [chat_text(tok, u, system, ASSISTANT_PREFIX) for u in user_texts]
-    return score_texts(model, tok, texts, [False] * len(texts), tuple(scores), batch_size)
+    texts = [chat_text(judge.tok, u, system, ASSISTANT_PREFIX) for u in user_texts]
+    return score_texts(judge, texts, [False] * len(texts), tuple(scores), batch_size)
+
+
+def score_texts(judge, texts: list[str], truncated: list[bool], scores, batch_size: int) -> list[Judgment]:
+    prepared = [candidate_ids(judge.tok, t, scores) for t in texts]
+    logps = judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], batch_size)
+    return [_expectation(lp, cut, scores) for lp, cut in zip(logps, truncated)]
 
 
 @torch.no_grad()
-def score_texts(
-    model, tok, texts: list[str], truncated: list[bool], scores, batch_size: int
-) -> list[Judgment]:
+def batched_continuation_logprobs(model, pad: int, prompts, conts, batch_size: int) -> list[list[float]]:
+    """Hugging Face backend of ``continuation_logprobs``: prompts sorted by length, batched
+    with left padding; each prompt runs once and its continuations run against its cache.
+    Rows of one batch must have the same number of continuations."""
     device = next(model.parameters()).device
-    prepared = [candidate_ids(tok, t, scores) for t in texts]
-    order = sorted(range(len(texts)), key=lambda i: -len(prepared[i][0]))
-    out: list[Judgment | None] = [None] * len(texts)
-    pad = tok.pad_token_id
-    with tqdm(total=len(texts), desc="judge (expected)", unit="judgment") as bar:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            logps = _candidate_logprobs(
-                model, [prepared[i][0] for i in idx], [prepared[i][1] for i in idx], pad, device
-            )
-            for i, lp in zip(idx, logps):
-                out[i] = _expectation(lp, truncated[i], scores)
+    order = sorted(range(len(prompts)), key=lambda i: (len(conts[i]), -len(prompts[i])))
+    out: list[list[float]] = [[] for _ in prompts]
+    with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
+        start = 0
+        while start < len(order):
+            width = len(conts[order[start]])
+            idx = [i for i in order[start : start + batch_size] if len(conts[i]) == width]
+            for i, lp in zip(idx, _candidate_logprobs(model, [prompts[i] for i in idx],
+                                                      [conts[i] for i in idx], pad, device)):  # fmt: skip
+                out[i] = lp
+            start += len(idx)
             bar.update(len(idx))
-    return out  # type: ignore[return-value]
+    return out
 
 
 def _candidate_logprobs(model, prompts, conts, pad, device) -> list[list[float]]:

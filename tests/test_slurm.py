@@ -1,0 +1,127 @@
+"""The tiny workflow through a real Slurm: `snakemake --profile slurm` from the repository
+root, the shipped profile plus a test workflow profile that asks for no GPUs (the test node
+has none). One Slurm job is cancelled while it runs; the profile's retry must finish the
+run, and every table must equal the local run's."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from .slurm.cluster import LocalSlurm, SlurmUnavailable
+from .workflow_helpers import REPO, read_all, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
+EXP = "results/tiny"
+# one iteration through Slurm (every stage, DPO included); the local reference ran two, and
+# iteration 1 does not depend on how many follow
+TABLES = (
+    f"{EXP}/iter_1/round_*/duels.parquet",
+    f"{EXP}/iter_1/round_*/responses/*.parquet",
+    f"{EXP}/iter_1/round_*/judgments/*.parquet",
+    f"{EXP}/iter_1/round_*/history.parquet",
+    f"{EXP}/iter_1/preferences.parquet",
+    f"{EXP}/evaluation/checkpoint_[01]/*.parquet",
+)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        cluster.start()
+    except SlurmUnavailable as e:
+        pytest.skip(f"no Slurm here: {e}")
+    yield cluster
+    cluster.stop()
+
+
+class Canceller(threading.Thread):
+    """Watches the queue; cancels the first job of ``rule`` once it has run a few seconds,
+    and records every job it saw (id -> (state, comment, time limit))."""
+
+    def __init__(self, cluster: LocalSlurm, rule: str):
+        super().__init__(daemon=True)
+        self.cluster, self.rule = cluster, rule
+        self.cancelled: dict[str, str] | None = None
+        self.seen: dict[str, dict[str, str]] = {}
+        self.done = threading.Event()
+
+    def run(self):
+        running_since: dict[str, float] = {}
+        while not self.done.is_set():
+            for job in self.cluster.jobs():
+                self.seen[job["id"]] = job
+                if self.cancelled or not job["comment"].startswith(f"rule_{self.rule}_"):
+                    continue
+                if job["state"] == "RUNNING":
+                    running_since.setdefault(job["id"], time.time())
+                    if time.time() - running_since[job["id"]] > 3:
+                        self.cluster.run("scancel", job["id"])
+                        self.cancelled = job
+            time.sleep(0.5)
+
+
+def test_tiny_workflow_through_slurm_equals_local_run(slurm, run_a, tiny_base, tmp_path):
+    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))
+    work = tmp_path / "work"
+    cmd = [
+        sys.executable, "-m", "snakemake", "--profile", "slurm",
+        "--workflow-profile", str(REPO / "tests" / "slurm" / "profile"),
+        "-d", str(work), "--configfile", str(cfg),
+    ]  # fmt: skip
+    watcher = Canceller(slurm, "dpo")
+    watcher.start()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
+            env={**slurm.env, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    finally:
+        watcher.done.set()
+        watcher.join()
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-6000:]
+    # every model stage ran as a Slurm job, the table rules did not
+    rules = {j["comment"].split("_wildcards_")[0].removeprefix("rule_") for j in watcher.seen.values()}
+    assert {"sft_member", "combat", "judge", "dpo", "evaluate_member", "analyze"} <= rules, rules
+    assert not rules & {"init_member", "matchmake", "aggregate", "gather_preferences", "finalize", "plots"}, (
+        rules
+    )
+
+    # the cancelled job was retried by the profile and the retry asked for more time
+    killed = watcher.cancelled
+    assert killed is not None, "no dpo job was seen running long enough to cancel"
+    assert watcher.seen[killed["id"]]["state"] == "CANCELLED"
+    retries = [
+        j for j in watcher.seen.values() if j["comment"] == killed["comment"] and j["id"] != killed["id"]
+    ]
+    assert retries and all(j["state"] == "COMPLETED" for j in retries)
+    assert _minutes(retries[-1]["time_limit"]) > _minutes(killed["time_limit"])
+
+    local = run_a[0]
+    for pattern in TABLES:
+        pd.testing.assert_frame_equal(_tables(local, pattern), _tables(work, pattern), obj=pattern)
+
+    again = subprocess.run(
+        [*cmd, "-n"], cwd=REPO, capture_output=True, text=True, timeout=300, env=slurm.env
+    )  # fmt: skip
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def _minutes(limit: str) -> int:
+    """Slurm time limit (D-HH:MM:SS, HH:MM:SS or MM:SS) in minutes."""
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    return int(days or 0) * 1440 + h * 60 + m + (s > 0)
+
+
+def _tables(work, pattern):
+    df = read_all(work, pattern).drop(columns="_file")
+    return df.sort_values(list(df.columns[:3])).reset_index(drop=True)
