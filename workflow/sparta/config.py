@@ -101,6 +101,7 @@ def check(config: dict, root: str | Path = ".") -> None:
         else []
     ):
         problems.extend(_check_task(task, config, root))
+    problems.extend(_check_backend(config))
     try:
         reputation_params(config)
         match_params(config)
@@ -108,6 +109,23 @@ def check(config: dict, root: str | Path = ".") -> None:
         problems.append(str(e))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_backend(config: dict) -> list[str]:
+    if config.get("backend", "hf") != "vllm":
+        return []
+    problems = []
+    if config.get("device") == "cpu":
+        problems.append("backend: vllm runs on CUDA GPUs only; set device: cuda (or auto), or backend: hf")
+    tp = config.get("vllm", {}).get("tensor_parallel_size", 1)
+    for stage in ("combat", "judge", "evaluate"):
+        gpus = config.get("resources", {}).get(stage, {}).get("gpu", 1)
+        if gpus < tp:
+            problems.append(
+                f"resources.{stage}.gpu is {gpus} but vllm.tensor_parallel_size is {tp}: "
+                f"a job needs one GPU per tensor-parallel shard"
+            )
+    return problems
 
 
 def _check_task(task: dict, config: dict, root: Path) -> list[str]:
