@@ -18,9 +18,9 @@ ITERATIONS = list(range(1, config["iterations"] + 1))
 ROUNDS = list(range(config["matchmaking"]["rounds_per_iteration"]))
 LAST_ROUND = ROUNDS[-1]
 GGUF_BASES = [k for k, v in config["base_models"].items() if "gguf_file" in v]
-FANOUT = config["fanout"]
+FANOUT = config["fanout"]  # member: one job per member / judge; pool: one job serves all
 # conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
-MODEL_ENV = "../envs/vllm.yaml" if config["backend"] == "vllm" else "../envs/train.yaml"  # member: one job per member / judge; pool: one job serves all
+MODEL_ENV = "../envs/vllm.yaml" if config["backend"] == "vllm" else "../envs/train.yaml"
 
 
 def alternatives(names):
@@ -180,8 +180,8 @@ def served_member_jsons(key, iteration_offset=1):
     as checkpoint t (offset 0)."""
 
     def paths(wildcards):
-        t = int(wildcards.t) - iteration_offset
-        return [f"results/{EXP}/iter_{t}/members/{m}/member.json" for m in served(wildcards, key)]
+        t = int(wildcards.t) + 1 - iteration_offset
+        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key)]
 
     return paths
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import logging
 
-from .generate import Generation, SamplingParams, derive_seed, stop_token_ids
-from .models import MemberSpec, check_adapter_folder, load_tokenizer
+from .generate import Generation, SamplingParams, decode_answer, derive_seed, generate, stop_token_ids
+from .judge import batched_continuation_logprobs
+from .models import MemberLoader, MemberSpec, check_adapter_folder, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +40,16 @@ class HFModel:
 
     @property
     def model(self):
-        """The model with this member's adapter active (members of one base share weights)."""
+        """The model with this member's adapter active: ``activate()`` (loaded on first use;
+        members of one base share its weights), or the model given."""
         return self._activate() if self._activate is not None else self._model
 
     def generate(
         self, texts, sampling: SamplingParams, seed: int, batch_size: int = 8, desc: str = "generate"
     ):
-        from .generate import generate
-
         return generate(self.model, self.tok, texts, sampling, seed, batch_size, desc)
 
     def continuation_logprobs(self, prompts, conts, batch_size: int = 8) -> list[list[float]]:
-        from .judge import batched_continuation_logprobs
-
         return batched_continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size)
 
 
@@ -79,8 +77,6 @@ class VLLMEngine:
     not depend on how vLLM batches requests.
     """
 
-    name = "vllm"
-
     def __init__(self, base: str, specs, options: dict, dtype: str = "auto", seed: int = 0):
         try:
             from vllm import LLM
@@ -89,7 +85,6 @@ class VLLMEngine:
                 "backend: vllm needs vLLM on a GPU machine: pip install -e '.[vllm]' or use "
                 "--software-deployment-method conda (envs/vllm.yaml); or set backend: hf"
             ) from e
-        self.base = base
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}
         adapters = [s for s in specs if s.adapter]
@@ -148,18 +143,10 @@ class VLLMEngine:
         ]
         prompts = [{"prompt_token_ids": self.tok(t, add_special_tokens=False)["input_ids"]} for t in texts]
         outs = self.llm.generate(prompts, params, lora_request=self._lora(spec), use_tqdm=True)
-        result = []
-        for out in outs:
-            ids = list(out.outputs[0].token_ids)
-            n, finish = len(ids), "length"
-            for pos, t in enumerate(ids):
-                if t in stops:
-                    n, finish = pos, "stop"
-                    break
-            if finish == "length" and out.outputs[0].finish_reason == "stop":
-                finish = "stop"
-            result.append(Generation(self.tok.decode(ids[:n], skip_special_tokens=True).strip(), n, finish))
-        return result
+        return [
+            decode_answer(self.tok, list(o.outputs[0].token_ids), stops, o.outputs[0].finish_reason == "stop")
+            for o in outs
+        ]
 
     def continuation_logprobs(self, spec, prompts, conts) -> list[list[float]]:
         """Prompt log-probabilities of prompt + continuation, summed over the continuation."""
@@ -221,12 +208,10 @@ class Engines:
     def __call__(self, spec: MemberSpec):
         """``spec`` served: an object with ``tok``, ``generate`` and ``continuation_logprobs``."""
         if self.backend == "hf":
-            from .models import MemberLoader
-
             if self._loader is None:
                 self._loader = MemberLoader(self.device, self.dtype)
             loader = self._loader
-            return HFModel(loader.load(spec), loader.tokenizer(spec), activate=lambda: loader.load(spec))
+            return HFModel(None, loader.tokenizer(spec), activate=lambda: loader.load(spec))
         if spec.base not in self._vllm:
             if self._vllm:
                 raise ValueError(

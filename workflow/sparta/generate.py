@@ -48,6 +48,16 @@ def stop_token_ids(tok) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
+def decode_answer(tok, ids: list[int], stops, finished: bool = False) -> Generation:
+    """The answer in generated ``ids``: cut at the first stop token (end of turn), decoded.
+    ``finished`` marks an answer the engine ended by itself without a stop token in ``ids``."""
+    for pos, t in enumerate(ids):
+        if t in stops:
+            return Generation(tok.decode(ids[:pos], skip_special_tokens=True).strip(), pos, "stop")
+    text = tok.decode(ids, skip_special_tokens=True).strip()
+    return Generation(text, len(ids), "stop" if finished else "length")
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -86,12 +96,6 @@ def generate(
             seqs = model.generate(**enc, **kwargs)
             new = seqs[:, enc["input_ids"].shape[1] :].tolist()
             for i, ids in zip(idx, new):
-                n = len(ids)
-                finish = "length"
-                for pos, t in enumerate(ids):
-                    if t in stops:
-                        n, finish = pos, "stop"
-                        break
-                out[i] = Generation(tok.decode(ids[:n], skip_special_tokens=True).strip(), n, finish)
+                out[i] = decode_answer(tok, ids, stops)
             bar.update(len(idx))
     return out  # type: ignore[return-value]
