@@ -11,10 +11,12 @@ report: "workflow/report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/prepare.smk"
 include: "rules/pool.smk"
+include: "rules/matchmake.smk"
 include: "rules/combat.smk"
 include: "rules/judge.smk"
-include: "rules/reputation.smk"
+include: "rules/aggregate.smk"
 include: "rules/train.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"

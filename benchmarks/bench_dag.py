@@ -25,16 +25,30 @@ PAPER = REPO / "workflow" / "configs" / "paper.yaml"
 def main() -> None:
     work = paper_workspace(Path(tempfile.mkdtemp(prefix="sparta-dag-")), PAPER)
     for fanout in ("pool", "member"):
-        cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d", str(work),
-               "--configfile", str(PAPER), "--config", f"fanout={fanout}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(work),
+            "--configfile",
+            str(PAPER),
+            "--config",
+            f"fanout={fanout}",
+        ]
         times = []
         for _ in range(3):
             start = time.perf_counter()
             proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
             times.append(time.perf_counter() - start)
         total = re.search(r"^total\s+(\d+)", proc.stdout, flags=re.M).group(1)
-        print(f"fanout {fanout}: {total} jobs, snakemake -n {min(times):.2f} s (best of 3; "
-              f"{', '.join(f'{t:.2f}' for t in times)})")  # fmt: skip
+        print(
+            f"fanout {fanout}: {total} jobs, snakemake -n {min(times):.2f} s (best of 3; "
+            f"{', '.join(f'{t:.2f}' for t in times)})"
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ def main():
     ap.add_argument("--null-share", type=float, default=0.05, help="share of unusable judgments")
     args = ap.parse_args()
     members = [f"m{i}" for i in range(args.members)]
-    prompts = pd.DataFrame({"prompt_id": [f"p{i}" for i in range(args.duels)],
-                            "prompt": "x", "answer": None, "domain": "bench"})  # fmt: skip
+    prompts = pd.DataFrame(
+        {"prompt_id": [f"p{i}" for i in range(args.duels)], "prompt": "x", "answer": None, "domain": "bench"}
+    )
 
     t0 = time.perf_counter()
     plan = plan_iteration(prompts, members, args.duels, 1, seed=0, iteration=1)
@@ -43,11 +44,26 @@ def main():
     score[rng.random(len(duel)) < args.null_share] = np.nan
     ids = duels["duel_id"].to_numpy()
     names = np.array(members)
-    judgments = pd.DataFrame({"duel_id": ids[duel], "judge": names[judge], "target": names[target],
-                              "score": score, "raw": "", "error": None, "truncated": False})  # fmt: skip
-    responses = pd.DataFrame({"duel_id": np.repeat(ids, 2),
-                              "model": np.stack([duels["model_a"], duels["model_b"]], 1).ravel(),
-                              "response": "r", "n_tokens": 1, "finish_reason": "stop"})  # fmt: skip
+    judgments = pd.DataFrame(
+        {
+            "duel_id": ids[duel],
+            "judge": names[judge],
+            "target": names[target],
+            "score": score,
+            "raw": "",
+            "error": None,
+            "truncated": False,
+        }
+    )
+    responses = pd.DataFrame(
+        {
+            "duel_id": np.repeat(ids, 2),
+            "model": np.stack([duels["model_a"], duels["model_b"]], 1).ravel(),
+            "response": "r",
+            "n_tokens": 1,
+            "finish_reason": "stop",
+        }
+    )
 
     params = ReputationParams()
     state = begin_iteration(PoolState.initial(members, params), 1, params)

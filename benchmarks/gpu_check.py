@@ -47,11 +47,15 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from sparta.engines import Engines, HFModel, vllm_available
-    from sparta.generate import SamplingParams
-    from sparta.judge import JudgeItem, judge_by_expectation
-    from sparta.models import MemberLoader, MemberSpec, chat_text
-    from sparta.train import DPOParams, LoraParams, dpo_member
+    from sparta.backends import open_backend
+    from sparta.backends.hf import HFMember
+    from sparta.backends.vllm import available as vllm_available
+    from sparta.chat import chat_text
+    from sparta.judging import JudgeItem, judge_by_expectation
+    from sparta.members import MemberSpec
+    from sparta.models import MemberLoader
+    from sparta.settings import BackendSettings, DPOSettings, LoraSettings, Runtime, Sampling, VLLMSettings
+    from sparta.train import dpo_member
     from tests.tiny import build_tiny_model
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -63,13 +67,14 @@ def main() -> int:
     print(f"device: {figures['device']}  torch {torch.__version__}")
     tmp = Path(tempfile.mkdtemp(prefix="sparta-gpu-"))
     base = build_tiny_model(tmp / "base", layers=4, hidden=256)
-    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                      init_lora_weights=False)  # fmt: skip
+    lora = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights=False
+    )
     get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(tmp / "adapter")
     spec = MemberSpec("m", str(base), str(tmp / "adapter"))
 
     questions = [f"What is {i} + {i + 3}? Tom has {i} apples." for i in range(args.prompts)]
-    sampling = SamplingParams(temperature=1.0, max_new_tokens=args.new_tokens)
+    sampling = Sampling(temperature=1.0, max_new_tokens=args.new_tokens)
 
     judge_items: list = []
 
@@ -83,8 +88,10 @@ def main() -> int:
         n = sum(o.n_tokens for o in outs)
         figures[f"{name}_generate_tokens_per_s"] = round(n / dt, 1)
         rate = n / dt
-        print(f"{name} generate: {len(outs)} prompts, {n} tokens in {dt:.2f} s = {rate:.0f} tokens/s "
-              f"({dtype_note})")  # fmt: skip
+        print(
+            f"{name} generate: {len(outs)} prompts, {n} tokens in {dt:.2f} s = {rate:.0f} tokens/s "
+            f"({dtype_note})"
+        )
         if not judge_items:  # every backend judges the same (first backend's) answers
             judge_items.extend(JudgeItem(q, o.text) for q, o in zip(questions, outs))
         t0 = time.perf_counter()
@@ -93,14 +100,16 @@ def main() -> int:
         dt = time.perf_counter() - t0
         bad = sum(j.score is None for j in judged)
         figures[f"{name}_judgments_per_s"] = round(len(judged) / dt, 1)
-        print(f"{name} expected-score judging: {len(judged)} judgments in {dt:.2f} s "
-              f"= {len(judged) / dt:.1f}/s, {bad} without a score")  # fmt: skip
+        print(
+            f"{name} expected-score judging: {len(judged)} judgments in {dt:.2f} s "
+            f"= {len(judged) / dt:.1f}/s, {bad} without a score"
+        )
         return judged
 
     if dev == "cuda":
         torch.cuda.reset_peak_memory_stats()
     loader = MemberLoader(dev, dtype)
-    hf = HFModel(loader.load(spec), loader.tokenizer(spec))
+    hf = HFMember(loader.load(spec), loader.tokenizer(spec))
     hf_judged = run_stage("hf", hf, dtype)
     figures["hf_peak_gpu_mb"] = round(peak_mb(torch), 1)
     print(f"hf peak GPU memory: {figures['hf_peak_gpu_mb']:.0f} MB")
@@ -110,23 +119,25 @@ def main() -> int:
         torch.cuda.reset_peak_memory_stats()
     prefs = pd.DataFrame({"prompt": questions[:2], "chosen": ["7", "9"], "rejected": ["six", "ten"]})
     t0 = time.perf_counter()
-    dpo = DPOParams(learning_rate=1e-4, max_length=128)
-    summary = dpo_member(
-        spec, prefs, tmp / "dpo", dpo, LoraParams(), seed=0, system=None, device=dev, dtype=dtype
-    )
+    dpo = DPOSettings(learning_rate=1e-4, max_length=128)
+    runtime = Runtime(seed=0, device=dev, dtype=dtype, system_prompt=None)
+    summary = dpo_member(spec, prefs, tmp / "dpo", dpo, LoraSettings(), runtime, seed=0)
     dt = time.perf_counter() - t0
     assert summary["steps"] == 2, summary
     figures.update(
         dpo_steps=summary["steps"], dpo_seconds=round(dt, 2), dpo_peak_gpu_mb=round(peak_mb(torch), 1)
     )
-    print(f"dpo: {summary['steps']} steps in {dt:.2f} s, loss {summary['train_loss']:.4f}, "
-          f"peak GPU memory {figures['dpo_peak_gpu_mb']:.0f} MB")  # fmt: skip
+    print(
+        f"dpo: {summary['steps']} steps in {dt:.2f} s, loss {summary['train_loss']:.4f}, "
+        f"peak GPU memory {figures['dpo_peak_gpu_mb']:.0f} MB"
+    )
 
     if vllm_available() and dev == "cuda":
         torch.cuda.empty_cache()
-        options = {"gpu_memory_utilization": 0.3, "max_model_len": 1024}
+        options = VLLMSettings(gpu_memory_utilization=0.3, max_model_len=1024)
         t0 = time.perf_counter()
-        served = Engines("vllm", "cuda", "bfloat16", [spec], options, seed=0)(spec)
+        backend = open_backend(BackendSettings("vllm", options), Runtime(0, "cuda", "bfloat16"), [spec])
+        served = backend.serve(spec)
         figures["vllm_start_seconds"] = round(time.perf_counter() - t0, 1)
         print(f"vllm engine start: {figures['vllm_start_seconds']} s")
         vllm_judged = run_stage("vllm", served, "bf16, LoRARequest")
@@ -134,8 +145,10 @@ def main() -> int:
         figures["vllm_vs_hf_max_score_diff"] = round(diff, 4)
         free, total = torch.cuda.mem_get_info()
         figures["vllm_gpu_mb_in_use"] = round((total - free) / 2**20, 1)
-        print(f"vllm GPU memory in use: {figures['vllm_gpu_mb_in_use']:.0f} MB; "
-              f"same judgments as hf: max |hf - vllm| score {diff:.3f}")  # fmt: skip
+        print(
+            f"vllm GPU memory in use: {figures['vllm_gpu_mb_in_use']:.0f} MB; "
+            f"same judgments as hf: max |hf - vllm| score {diff:.3f}"
+        )
     else:
         figures["vllm"] = "not installed" if not vllm_available() else "skipped on cpu"
         print(f"vllm: {figures['vllm']}")

@@ -1,26 +1,29 @@
-# Validation, wildcard constraints and input functions; no rules.
+# Validation, settings, wildcard constraints and input functions; no rules.
 import os
 import re
 
 from snakemake.utils import validate
 
 from sparta import config as sparta_config
+from sparta.settings import as_data, section_data
 
 
-validate(config, schema="../workflow/schemas/config.schema.yaml")
-sparta_config.check(config, ".")  # paths are relative to the working directory, as in jobs
+validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
+# the typed settings of the run (sparta/settings.py holds every default), checked against the
+# world before any job starts; paths are relative to the working directory, as in jobs
+S = sparta_config.load(config, ".")
 
-EXP = config["experiment"]
-MEMBERS = [m["name"] for m in config["members"]]
-MEMBER_SPECS = {m["name"]: m for m in config["members"]}
-SFT_MEMBERS = [m["name"] for m in config["members"] if m.get("sft_domain")]
-ITERATIONS = list(range(1, config["iterations"] + 1))
-ROUNDS = list(range(config["matchmaking"]["rounds_per_iteration"]))
+EXP = S.experiment
+MEMBERS = S.member_names
+MEMBER_SPECS = {m.name: m for m in S.members}
+SFT_MEMBERS = [m.name for m in S.members if m.sft_domain]
+ITERATIONS = list(range(1, S.iterations + 1))
+ROUNDS = list(range(S.matchmaking.rounds_per_iteration))
 LAST_ROUND = ROUNDS[-1]
-GGUF_BASES = [k for k, v in config["base_models"].items() if "gguf_file" in v]
-FANOUT = config["fanout"]  # member: one job per member / judge; pool: one job serves all
+GGUF_BASES = [k for k, v in S.base_models.items() if v.gguf_file]
+FANOUT = S.fanout  # member: one job per member / judge; pool: one job serves all
 # conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
-MODEL_ENV = "../envs/vllm.yaml" if config["backend"] == "vllm" else "../envs/train.yaml"
+MODEL_ENV = "../envs/vllm.yaml" if S.backend == "vllm" else "../envs/train.yaml"
 
 
 def alternatives(names):
@@ -38,8 +41,14 @@ wildcard_constraints:
     split="alignment|validation|test",
 
 
+def settings(*sections):
+    """Rule params: the named settings sections as plain data (sparta.settings.SECTIONS), so
+    a job reruns when, and only when, a setting it uses changes."""
+    return section_data(S, *sections)
+
+
 def base_folder(member):
-    return sparta_config.base_folder(config, MEMBER_SPECS[member]["base"])
+    return S.base_folder(MEMBER_SPECS[member].base)
 
 
 def base_marker(wildcards):
@@ -65,92 +74,68 @@ def previous_state(wildcards):
     return f"results/{EXP}/iter_0/state.parquet"
 
 
-def round_responses(wildcards):
-    return expand(
-        "results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet",
-        exp=EXP, t=wildcards.t, r=wildcards.r, member=MEMBERS,
-    )
+def round_tables(name, key="member"):
+    """Input function: a per-member table of one round (responses/<member>, judgments/<judge>)
+    for every member."""
+
+    def paths(wildcards):
+        return [f"results/{EXP}/iter_{wildcards.t}/round_{wildcards.r}/{name}/{m}.parquet" for m in MEMBERS]
+
+    return paths
 
 
-def round_judgments(wildcards):
-    return expand(
-        "results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet",
-        exp=EXP, t=wildcards.t, r=wildcards.r, judge=MEMBERS,
-    )
+def iteration_tables(name):
+    """Input function: a table of every round of iteration t."""
+
+    def paths(wildcards):
+        return [f"results/{EXP}/iter_{wildcards.t}/round_{r}/{name}.parquet" for r in ROUNDS]
+
+    return paths
 
 
-def iteration_preferences(wildcards):
-    return expand(
-        "results/{exp}/iter_{t}/round_{r}/preferences.parquet", exp=EXP, t=wildcards.t, r=ROUNDS
-    )
-
-
-def iteration_states(wildcards):
-    return expand(
-        "results/{exp}/iter_{t}/round_{r}/state.parquet", exp=EXP, t=wildcards.t, r=ROUNDS
-    )
-
-
-def all_histories(wildcards):
-    return expand(
-        "results/{exp}/iter_{t}/round_{r}/history.parquet", exp=EXP, t=ITERATIONS, r=ROUNDS
-    )
+def run_tables(name):
+    """Every round's table ``name`` (e.g. duels.parquet, responses/<member>.parquet with
+    {member}) over the whole run."""
+    rounds = [f"results/{EXP}/iter_{t}/round_{r}" for t in ITERATIONS for r in ROUNDS]
+    if "{member}" in name:
+        return [f"{r}/{name.format(member=m)}" for r in rounds for m in MEMBERS]
+    return [f"{r}/{name}" for r in rounds]
 
 
 def sft_data(wildcards):
-    domain = MEMBER_SPECS[wildcards.member].get("sft_domain")
-    return f"{config['sft']['data_dir']}/{domain}.jsonl" if domain else []
+    domain = MEMBER_SPECS[wildcards.member].sft_domain
+    return f"{S.sft.data_dir}/{domain}.jsonl" if domain else []
 
 
 def evaluation_task_files(wildcards):
-    return [t["file"] for t in config["evaluation"]["tasks"] if t.get("source", "file") == "file"]
+    return [t.file for t in S.evaluation.tasks if t.source == "file"]
 
 
 def all_evaluations(wildcards):
-    return expand(
-        "results/{exp}/evaluation/checkpoint_{t}/{member}.parquet",
-        exp=EXP, t=[0, *ITERATIONS], member=MEMBERS,
-    )
+    return [
+        f"results/{EXP}/evaluation/checkpoint_{t}/{m}.parquet" for t in [0, *ITERATIONS] for m in MEMBERS
+    ]
 
 
 def optional_evaluation(wildcards):
     """The evaluation scores when evaluation is on; analyses and plots work without them."""
-    if config["evaluation"]["enabled"]:
-        return f"results/{EXP}/evaluation/scores.parquet"
-    return []
+    return f"results/{EXP}/evaluation/scores.parquet" if S.evaluation.enabled else []
 
 
-def all_round_tables(wildcards):
-    rounds = expand("results/{exp}/iter_{t}/round_{r}", exp=EXP, t=ITERATIONS, r=ROUNDS)
-    return [
-        *[f"{r}/duels.parquet" for r in rounds],
-        *[f"{r}/state.parquet" for r in rounds],
-        *all_judgments(wildcards),
-        *[f"{r}/responses/{m}.parquet" for r in rounds for m in MEMBERS],
-    ]
-
-
-def all_judgments(wildcards):
-    rounds = expand("results/{exp}/iter_{t}/round_{r}", exp=EXP, t=ITERATIONS, r=ROUNDS)
-    return [f"{r}/judgments/{m}.parquet" for r in rounds for m in MEMBERS]
+REPORT_FIGURES = ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation")
 
 
 def final_outputs():
-    report_files = [
-        f"results/{EXP}/report/{name}.png"
-        for name in ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation")
-    ]
-    evaluation = [f"results/{EXP}/evaluation/selection.tsv"] if config["evaluation"]["enabled"] else []
+    evaluation = [f"results/{EXP}/evaluation/selection.tsv"] if S.evaluation.enabled else []
+    figures = [f"results/{EXP}/report/{name}.png" for name in REPORT_FIGURES]
     return [
         *evaluation,
-        *(report_files if config["analysis"]["enabled"] else []),
+        *(figures if S.analysis.enabled else []),
+        f"results/{EXP}/settings.yaml",
         f"results/{EXP}/reputation_history.parquet",
         f"results/{EXP}/final_state.parquet",
-        *expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
-        *expand(
-            "results/{exp}/iter_{t}/members/{member}/member.json",
-            exp=EXP, t=config["iterations"], member=MEMBERS,
-        ),
+        *[f"results/{EXP}/iter_{t}/preferences.parquet" for t in ITERATIONS],
+        *[f"results/{EXP}/iter_{S.iterations}/members/{m}/member.json" for m in MEMBERS],
     ]
 
 
@@ -186,20 +171,20 @@ def served_member_jsons(key, iteration_offset=1):
     return paths
 
 
-# Cluster resources of a model stage: config resources.<stage>, runtime and memory grow with
-# the attempt so a retry after a Slurm time or memory limit asks for more. Account and
+# Cluster resources of a model stage: settings resources.<stage>, runtime and memory grow
+# with the attempt so a retry after a Slurm time or memory limit asks for more. Account and
 # partition come from the environment when set (or from the profile's default-resources).
 
 
 def stage_resources(stage):
-    r = config["resources"][stage]
+    r = getattr(S.resources, stage)
     res = dict(
-        gpu=r["gpu"],
-        mem_mb=lambda wc, attempt: int(r["mem_mb"] * (1 + 0.5 * (attempt - 1))),
-        runtime=lambda wc, attempt: r["runtime"] * attempt,
+        gpu=r.gpu,
+        mem_mb=lambda wc, attempt: int(r.mem_mb * (1 + 0.5 * (attempt - 1))),
+        runtime=lambda wc, attempt: r.runtime * attempt,
     )
-    if r["gpu"]:
-        res["cpus_per_gpu"] = r["cpus_per_gpu"]
+    if r.gpu:
+        res["cpus_per_gpu"] = r.cpus_per_gpu
     for key, var in (("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")):
         if os.environ.get(var):
             res[key] = os.environ[var]

@@ -13,13 +13,7 @@ rule evaluate_member:
         scores=fanout_output("results/{exp}/evaluation/checkpoint_{t}/{member}.parquet"),
     params:
         members=lambda wc: served(wc),
-        backend=config["backend"],
-        vllm=config["vllm"],
-        evaluation=config["evaluation"],
-        seed=config["seed"],
-        system=config["system_prompt"],
-        device=config["device"],
-        dtype=config["dtype"],
+        **settings("runtime", "backend", "evaluation"),
     log:
         f"results/{{exp}}/logs/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.log",
     benchmark:

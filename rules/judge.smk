@@ -1,4 +1,4 @@
-# Cross-judging.
+# Cross-judging: the members not in a duel score both of its answers.
 
 
 rule judge:
@@ -6,19 +6,13 @@ rule judge:
     job per judge (fanout: member) or one job for the whole pool (fanout: pool)."""
     input:
         duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
-        responses=round_responses,
+        responses=round_tables("responses"),
         members=served_member_jsons("judge"),
     output:
         judgments=fanout_output("results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet", "judge"),
     params:
         judges=lambda wc: served(wc, "judge"),
-        backend=config["backend"],
-        vllm=config["vllm"],
-        judge=config["judge"],
-        seed=config["seed"],
-        system=config["system_prompt"],
-        device=config["device"],
-        dtype=config["dtype"],
+        **settings("runtime", "backend", "judge"),
     log:
         f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.log",
     benchmark:

@@ -1,10 +1,29 @@
-# The paper's analyses and the plots of the HTML report (snakemake --report).
+# The paper's analyses, the figures of the HTML report (snakemake --report), and the
+# resolved settings of the run.
+
+
+rule record_settings:
+    """Every setting of the run with its defaults filled in (what `sparta config` prints)."""
+    output:
+        settings="results/{exp}/settings.yaml",
+    params:
+        settings=S.to_dict(),
+    log:
+        "results/{exp}/logs/record_settings.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/record_settings.py"
 
 
 rule analyze:
     """Diversity, lengths, label accuracy, reputation against performance, standings."""
     input:
-        rounds=all_round_tables,
+        duels=run_tables("duels.parquet"),
+        states=run_tables("state.parquet"),
+        responses=run_tables("responses/{member}.parquet"),
+        judgments=run_tables("judgments/{member}.parquet"),
         preferences=expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
         history="results/{exp}/reputation_history.parquet",
         evaluation=optional_evaluation,
@@ -16,8 +35,7 @@ rule analyze:
         correlation="results/{exp}/analysis/reputation_vs_performance.parquet",
         standings="results/{exp}/analysis/standings.parquet",
     params:
-        analysis=config["analysis"],
-        answer=config["analysis"]["answer"],
+        **settings("analysis"),
     log:
         "results/{exp}/logs/analyze.log",
     benchmark:
@@ -34,17 +52,42 @@ rule analyze:
 rule plots:
     """Figures of the report, each with a caption."""
     input:
-        rules.analyze.output,
         history="results/{exp}/reputation_history.parquet",
-        judgments=all_judgments,
+        judgments=run_tables("judgments/{member}.parquet"),
+        label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
+        diversity="results/{exp}/analysis/diversity.parquet",
         evaluation=optional_evaluation,
     output:
-        reputation=report("results/{exp}/report/reputation.png", caption="../workflow/report/reputation.rst", category="Reputation"),
-        wins=report("results/{exp}/report/win_matrix.png", caption="../workflow/report/win_matrix.rst", category="Reputation"),
-        scores=report("results/{exp}/report/judge_scores.png", caption="../workflow/report/judge_scores.rst", category="Judging"),
-        label_accuracy=report("results/{exp}/report/label_accuracy.png", caption="../workflow/report/label_accuracy.rst", category="Judging"),
-        diversity=report("results/{exp}/report/diversity.png", caption="../workflow/report/diversity.rst", category="Analysis"),
-        evaluation=report("results/{exp}/report/evaluation.png", caption="../workflow/report/evaluation.rst", category="Evaluation"),
+        reputation=report(
+            "results/{exp}/report/reputation.png",
+            caption="../workflow/report/reputation.rst",
+            category="Reputation",
+        ),
+        wins=report(
+            "results/{exp}/report/win_matrix.png",
+            caption="../workflow/report/win_matrix.rst",
+            category="Reputation",
+        ),
+        scores=report(
+            "results/{exp}/report/judge_scores.png",
+            caption="../workflow/report/judge_scores.rst",
+            category="Judging",
+        ),
+        label_accuracy=report(
+            "results/{exp}/report/label_accuracy.png",
+            caption="../workflow/report/label_accuracy.rst",
+            category="Judging",
+        ),
+        diversity=report(
+            "results/{exp}/report/diversity.png",
+            caption="../workflow/report/diversity.rst",
+            category="Analysis",
+        ),
+        evaluation=report(
+            "results/{exp}/report/evaluation.png",
+            caption="../workflow/report/evaluation.rst",
+            category="Evaluation",
+        ),
     log:
         "results/{exp}/logs/plots.log",
     localrule: True

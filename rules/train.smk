@@ -1,4 +1,31 @@
-# DPO of every member at the end of an iteration.
+# Training: the short SFT that makes the embedded default's initial members, and the DPO of
+# every member at the end of an iteration.
+
+
+rule sft_member:
+    """A member of the initial pool with an sft_domain: a short LoRA SFT on its domain."""
+    input:
+        base=base_marker,
+        sft=sft_data,
+    output:
+        member="results/{exp}/iter_0/members/{member}/member.json",
+    wildcard_constraints:
+        member=alternatives(SFT_MEMBERS),
+    params:
+        member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
+        base=lambda wc: base_folder(wc.member),
+        **settings("runtime", "sft", "lora"),
+    log:
+        "results/{exp}/logs/iter_0/init_{member}.log",
+    benchmark:
+        "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
+    threads: 2
+    resources:
+        **stage_resources("sft"),
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow/scripts/sft_member.py"
 
 
 rule dpo:
@@ -12,12 +39,7 @@ rule dpo:
     wildcard_constraints:
         t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:
-        dpo=config["dpo"],
-        lora=config["lora"],
-        seed=config["seed"],
-        system=config["system_prompt"],
-        device=config["device"],
-        dtype=config["dtype"],
+        **settings("runtime", "dpo", "lora"),
     log:
         "results/{exp}/logs/iter_{t}/dpo_{member}.log",
     benchmark:

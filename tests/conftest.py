@@ -7,7 +7,8 @@ from .workflow_helpers import run_snakemake, tiny_config, write_config
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """A tiny random chat model and its tokenizer, loaded once for the session."""
-    from sparta.models import MemberLoader, MemberSpec
+    from sparta.members import MemberSpec
+    from sparta.models import MemberLoader
 
     folder = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
     loader = MemberLoader("cpu", "float32")

@@ -15,8 +15,17 @@ from .workflow_helpers import REPO, fake_model_folder, paper_workspace
 
 RULE_FILES = sorted((REPO / "rules").glob("*.smk"))
 MODEL_RULES = {"sft_member", "combat", "judge", "dpo", "evaluate_member"}
-LOCAL_RULES = {"init_member", "init_state", "split_prompts", "matchmake", "aggregate", "gather_preferences",
-               "finalize", "evaluation_table", "plots"}  # fmt: skip
+LOCAL_RULES = {
+    "init_member",
+    "init_state",
+    "split_prompts",
+    "matchmake",
+    "aggregate",
+    "gather_preferences",
+    "finalize",
+    "evaluation_table",
+    "plots",
+}
 
 
 def _rules() -> dict[str, str]:
@@ -59,11 +68,23 @@ def test_stage_resources_come_from_the_config(tmp_path):
     cfg = tiny_config(tmp_path / "base", evaluation={"enabled": False}, analysis={"enabled": False})
     cfg["resources"] = {"dpo": {"gpu": 2, "cpus_per_gpu": 6, "mem_mb": 1000, "runtime": 30}}
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path / "work"),
-         "--configfile", str(write_config(tmp_path, cfg))],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / "work"),
+            "--configfile",
+            str(write_config(tmp_path, cfg)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "SPARTA_SLURM_ACCOUNT": "acct1", "SPARTA_SLURM_PARTITION": "gpu"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     blocks = re.split(r"\n(?=rule \w+:)", proc.stdout)
     dpo = [b for b in blocks if b.startswith("rule dpo:")]
@@ -111,8 +132,10 @@ def test_every_env_is_pinned_and_every_rule_env_exists():
 def _available_versions(name: str) -> set[str] | None:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "index", "versions", name, "--pre", "--disable-pip-version-check"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     m = re.search(r"Available versions: (.*)", proc.stdout)
     if proc.returncode != 0 or not m:
         return None
@@ -159,10 +182,25 @@ def paper_workdir(tmp_path_factory):
 def _dry_run(work: Path, *extra: str) -> tuple[dict[str, int], float]:
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-q", "rules", "-s", str(REPO / "Snakefile"),
-         "-d", str(work), "--configfile", str(PAPER), *extra],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-q",
+            "rules",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(work),
+            "--configfile",
+            str(PAPER),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     seconds = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = {}
@@ -176,11 +214,23 @@ def _dry_run(work: Path, *extra: str) -> tuple[dict[str, int], float]:
 def test_paper_scale_dag_job_counts(paper_workdir):
     """10 members, 8 iterations, 1 round each, 9 checkpoints evaluated; fanout pool as shipped."""
     counts, seconds = _dry_run(paper_workdir)
-    common = {"init_member": 10, "init_state": 1, "split_prompts": 1, "matchmake": 8, "aggregate": 8,
-              "gather_preferences": 8, "dpo": 80, "finalize": 1, "evaluation_table": 1, "analyze": 1,
-              "plots": 1, "all": 1}  # fmt: skip
-    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 146}
+    common = {
+        "init_member": 10,
+        "init_state": 1,
+        "split_prompts": 1,
+        "matchmake": 8,
+        "aggregate": 8,
+        "gather_preferences": 8,
+        "dpo": 80,
+        "finalize": 1,
+        "evaluation_table": 1,
+        "analyze": 1,
+        "plots": 1,
+        "record_settings": 1,
+        "all": 1,
+    }
+    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 147}
     print(f"paper-scale dry run (fanout pool): {seconds:.1f} s")
     counts, seconds = _dry_run(paper_workdir, "--config", "fanout=member")
-    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 371}
+    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 372}
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")

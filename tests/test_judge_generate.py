@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from sparta.engines import HFModel
-from sparta.generate import SamplingParams, generate
-from sparta.judge import (
+from sparta.backends.hf import HFMember, generate
+from sparta.chat import chat_text
+from sparta.judging import (
     ASSISTANT_PREFIX,
     SCORES,
     JudgeItem,
@@ -18,7 +18,7 @@ from sparta.judge import (
     judge_text,
     parse_score,
 )
-from sparta.models import chat_text
+from sparta.settings import Sampling
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_expected_mode_equals_brute_force(tiny):
     """The cached continuation scoring equals scoring each full candidate sequence alone."""
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 2 * 5?", "It is 10, I think. " * 3)]
-    out = judge_by_expectation(HFModel(model, tok), items, 512, "sys", batch_size=2)
+    out = judge_by_expectation(HFMember(model, tok), items, 512, "sys", batch_size=2)
     for item, j in zip(items, out):
         text, _ = judge_text(tok, item, 512, "sys", ASSISTANT_PREFIX)
         prompt, conts = candidate_ids(tok, text)
@@ -95,7 +95,7 @@ def test_truncation_keeps_instruction_and_prefix(tiny):
 def test_generate_mode_on_random_model_gives_null_scores(tiny):
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7")] * 3
-    out = judge_by_generation(HFModel(model, tok), items, SamplingParams(max_new_tokens=8), 0, 512, "sys", 2)
+    out = judge_by_generation(HFMember(model, tok), items, Sampling(max_new_tokens=8), 0, 512, "sys", 2)
     assert len(out) == 3
     for j in out:
         assert (j.score is None) == (j.error is not None)
@@ -105,10 +105,10 @@ def test_generate_batched_matches_one_by_one_and_is_seeded(tiny):
     model, tok = tiny
     prompts = ["What is 3 + 4?", "Tom has 5 apples.", "What is 10 - 2? Please answer."]
     texts = [chat_text(tok, p, "sys") for p in prompts]
-    greedy = SamplingParams(do_sample=False, max_new_tokens=6)
+    greedy = Sampling.greedy_decoding(6)
     batched = generate(model, tok, texts, greedy, 0, batch_size=3)
     single = [generate(model, tok, [t], greedy, 0, batch_size=1)[0] for t in texts]
     assert [g.text for g in batched] == [g.text for g in single]
     assert all(g.finish_reason in ("stop", "length") for g in batched)
-    sampled = SamplingParams(temperature=1.0, max_new_tokens=6)
+    sampled = Sampling(temperature=1.0, max_new_tokens=6)
     assert generate(model, tok, texts, sampled, 7) == generate(model, tok, texts, sampled, 7)

@@ -21,9 +21,13 @@ from sparta.matchmaking import (
 
 def prompts(n):
     return pd.DataFrame(
-        {"prompt_id": [f"p{i}" for i in range(n)], "prompt": [f"q{i}" for i in range(n)],
-         "answer": [str(i) for i in range(n)], "domain": "x"}
-    )  # fmt: skip
+        {
+            "prompt_id": [f"p{i}" for i in range(n)],
+            "prompt": [f"q{i}" for i in range(n)],
+            "answer": [str(i) for i in range(n)],
+            "domain": "x",
+        }
+    )
 
 
 def duels_for(members, reps, n, seed, params=MatchParams(), iteration=1, rounds=1):
@@ -64,8 +68,12 @@ def test_never_pairs_a_member_with_itself(m, seed, alpha, k, reps):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(3, 12), st.integers(0, 2**31), st.integers(1, 6),
-       st.lists(st.floats(10, 200), min_size=12, max_size=12))  # fmt: skip
+@given(
+    st.integers(3, 12),
+    st.integers(0, 2**31),
+    st.integers(1, 6),
+    st.lists(st.floats(10, 200), min_size=12, max_size=12),
+)
 def test_alpha_zero_draws_only_among_k_closest(m, seed, k, reps):
     reps = np.array(reps[:m])
     members = [f"m{i}" for i in range(m)]
@@ -126,8 +134,14 @@ def test_errors_name_the_problem():
     with pytest.raises(PoolError, match="empty"):
         plan_iteration(prompts(0), ["a", "b", "c"], 5, 1, 0, 1)
     with pytest.raises(PoolError, match="no reputation"):
-        match_round(plan_iteration(prompts(3), ["a", "b", "c"], 3, 1, 0, 1), ["a", "b", "c"],
-                    {"a": 100}, MatchParams(), 0, 0)  # fmt: skip
+        match_round(
+            plan_iteration(prompts(3), ["a", "b", "c"], 3, 1, 0, 1),
+            ["a", "b", "c"],
+            {"a": 100},
+            MatchParams(),
+            0,
+            0,
+        )
 
 
 def test_pick_opponent_randomness_does_not_depend_on_branch():

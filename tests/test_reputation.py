@@ -1,5 +1,6 @@
 """Eq. (1), aggregation, down-weighting and preference selection, against hand computations."""
 
+import copy
 import math
 
 import numpy as np
@@ -171,25 +172,45 @@ def test_weighted_mean_skips_unusable_and_uses_weight_times_reputation():
     p = ReputationParams()
     s = state_with(p, reputation=[100, 100, 100, 50])
     s.weight[3] = 0.5
-    mean, used = weighted_mean({"m1": None, "m2": 8.0, "m3": 4.0}, s)
+    mean, used = weighted_mean([(1, None), (2, 8.0), (3, 4.0)], s)
     assert mean == pytest.approx(7.2) and used == 2
-    assert weighted_mean({"m1": None}, s) == (None, 0)
+    assert weighted_mean([(1, None)], s) == (None, 0)
 
 
 def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
     duels = pd.DataFrame(
-        {"iteration": [1], "round": [0], "duel_id": [duel_id], "prompt_id": ["p"],
-         "prompt": ["2+2?"], "answer": ["4"], "model_a": [a], "model_b": [b]}
-    )  # fmt: skip
+        {
+            "iteration": [1],
+            "round": [0],
+            "duel_id": [duel_id],
+            "prompt_id": ["p"],
+            "prompt": ["2+2?"],
+            "answer": ["4"],
+            "model_a": [a],
+            "model_b": [b],
+        }
+    )
     responses = pd.DataFrame(
-        {"duel_id": [duel_id] * 2, "model": [a, b], "response": ["4", "5"],
-         "n_tokens": [1, 1], "finish_reason": ["stop", "stop"]}
-    )  # fmt: skip
+        {
+            "duel_id": [duel_id] * 2,
+            "model": [a, b],
+            "response": ["4", "5"],
+            "n_tokens": [1, 1],
+            "finish_reason": ["stop", "stop"],
+        }
+    )
     rows = [
-        {"duel_id": duel_id, "judge": j, "target": t, "score": s, "raw": "", "error": None,
-         "truncated": False}
+        {
+            "duel_id": duel_id,
+            "judge": j,
+            "target": t,
+            "score": s,
+            "raw": "",
+            "error": None,
+            "truncated": False,
+        }
         for (j, t), s in judge_scores.items()
-    ]  # fmt: skip
+    ]
     return duels, responses, pd.DataFrame(rows, columns=tables.columns("judgments"))
 
 
@@ -262,8 +283,9 @@ preset = st.sampled_from(["authors", "paper"])
 @given(reps, reps, devs, devs, scores, scores, windows, windows, preset, st.integers(0, 200))
 def test_winner_never_loses_loser_never_gains(ra, rb, sa, sb, xa, xb, wa, wb, name, n):
     p = ReputationParams.preset(name)
-    s = state_with(p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1],
-                   deltas=[wa[-10:], wb[-10:], [], []])  # fmt: skip
+    s = state_with(
+        p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1], deltas=[wa[-10:], wb[-10:], [], []]
+    )
     s.duels_this_iteration = n
     update(s, 0, 1, xa, xb, p)
     if xa > xb:
@@ -280,9 +302,10 @@ def test_winner_never_loses_loser_never_gains(ra, rb, sa, sb, xa, xb, wa, wb, na
 @given(reps, reps, devs, devs, scores, scores, windows, windows, preset)
 def test_swapping_a_and_b_mirrors_the_update(ra, rb, sa, sb, xa, xb, wa, wb, name):
     p = ReputationParams.preset(name)
-    s1 = state_with(p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1],
-                    deltas=[wa[-10:], wb[-10:], [], []])  # fmt: skip
-    s2 = s1.copy()
+    s1 = state_with(
+        p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1], deltas=[wa[-10:], wb[-10:], [], []]
+    )
+    s2 = copy.deepcopy(s1)
     k1, ra1, da1, rb1, db1 = update(s1, 0, 1, xa, xb, p)
     k2, rb2, db2, ra2, da2 = update(s2, 1, 0, xb, xa, p)
     assert (k1, ra1, da1, rb1, db1) == (k2, ra2, da2, rb2, db2)
@@ -295,9 +318,8 @@ def test_no_verdict_changes_nothing(reputation, side_a):
     """Every judgment of b is unusable, so the duel has no verdict: state is untouched."""
     p = ReputationParams()
     s = state_with(p, reputation=reputation)
-    before = s.copy()
-    judg = {("m2", "m0"): side_a[0], ("m3", "m0"): side_a[1], ("m2", "m1"): None,
-            ("m3", "m1"): None}  # fmt: skip
+    before = copy.deepcopy(s)
+    judg = {("m2", "m0"): side_a[0], ("m3", "m0"): side_a[1], ("m2", "m1"): None, ("m3", "m1"): None}
     duels, resp, j = _round_tables(judg)
     hist, prefs, counts = aggregate_round(s, duels, resp, j, p)
     assert counts["no_verdict"] == 1 and len(prefs) == 0
@@ -314,7 +336,16 @@ def test_state_roundtrips_through_parquet(tmp_path):
     s.duels_this_iteration = 7
     tables.write(s.to_frame(), tmp_path / "state.parquet", "state")
     back = PoolState.from_frame(tables.read(tmp_path / "state.parquet", "state"))
-    for f in ("members", "reputation", "deviation", "weight", "downweighted_at", "deltas",
-              "duels_this_iteration", "iteration", "round"):  # fmt: skip
+    for f in (
+        "members",
+        "reputation",
+        "deviation",
+        "weight",
+        "downweighted_at",
+        "deltas",
+        "duels_this_iteration",
+        "iteration",
+        "round",
+    ):
         assert getattr(back, f) == getattr(s, f), f
     assert np.isclose(back.weight, s.weight).all()

@@ -7,13 +7,19 @@ import pandas as pd
 
 from sparta import tables
 from sparta.matchmaking import MatchParams, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration, run_sequential
+from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration
+
+from .reference import run_sequential
 
 MEMBERS = ["ant", "bee", "cat", "dog", "elk"]
 PROMPTS = pd.DataFrame(
-    {"prompt_id": [f"p{i}" for i in range(40)], "prompt": [f"What is {i} + {i % 7}?" for i in range(40)],
-     "answer": [str(i + i % 7) for i in range(40)], "domain": "arith"}
-)  # fmt: skip
+    {
+        "prompt_id": [f"p{i}" for i in range(40)],
+        "prompt": [f"What is {i} + {i % 7}?" for i in range(40)],
+        "answer": [str(i + i % 7) for i in range(40)],
+        "domain": "arith",
+    }
+)
 
 
 def respond(member, prompt):
@@ -36,16 +42,35 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
         for r in range(rounds):
             duels = match_round(plan, MEMBERS, state.reputations(), match, seed, r)
             responses = pd.DataFrame(
-                [{"duel_id": d.duel_id, "model": m, "response": respond(m, d.prompt), "n_tokens": 1,
-                  "finish_reason": "stop"} for d in duels.itertuples() for m in (d.model_a, d.model_b)]
-            )  # fmt: skip
+                [
+                    {
+                        "duel_id": d.duel_id,
+                        "model": m,
+                        "response": respond(m, d.prompt),
+                        "n_tokens": 1,
+                        "finish_reason": "stop",
+                    }
+                    for d in duels.itertuples()
+                    for m in (d.model_a, d.model_b)
+                ]
+            )
             judgments = pd.DataFrame(
-                [{"duel_id": d.duel_id, "judge": k, "target": m,
-                  "score": judge(k, d.prompt, respond(m, d.prompt)), "raw": "", "error": None,
-                  "truncated": False}
-                 for k in MEMBERS for d in duels.itertuples() if k not in (d.model_a, d.model_b)
-                 for m in (d.model_a, d.model_b)]
-            )  # fmt: skip
+                [
+                    {
+                        "duel_id": d.duel_id,
+                        "judge": k,
+                        "target": m,
+                        "score": judge(k, d.prompt, respond(m, d.prompt)),
+                        "raw": "",
+                        "error": None,
+                        "truncated": False,
+                    }
+                    for k in MEMBERS
+                    for d in duels.itertuples()
+                    if k not in (d.model_a, d.model_b)
+                    for m in (d.model_a, d.model_b)
+                ]
+            )
             # every stage hands its table over through Parquet, as in the workflow
             for name, df in (("duels", duels), ("responses", responses), ("judgments", judgments)):
                 tables.write(df, tmp_path / f"{name}.parquet", name)

@@ -69,17 +69,29 @@ def test_tiny_workflow_through_slurm_equals_local_run(slurm, run_a, tiny_base, t
     cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))
     work = tmp_path / "work"
     cmd = [
-        sys.executable, "-m", "snakemake", "--profile", "slurm",
-        "--workflow-profile", str(REPO / "tests" / "slurm" / "profile"),
-        "-d", str(work), "--configfile", str(cfg),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--profile",
+        "slurm",
+        "--workflow-profile",
+        str(REPO / "tests" / "slurm" / "profile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(cfg),
+    ]
     watcher = Canceller(slurm, "dpo")
     watcher.start()
     try:
         proc = subprocess.run(
-            cmd, cwd=REPO, capture_output=True, text=True, timeout=1500,
+            cmd,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1500,
             env={**slurm.env, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
     finally:
         watcher.done.set()
         watcher.join()
@@ -106,9 +118,7 @@ def test_tiny_workflow_through_slurm_equals_local_run(slurm, run_a, tiny_base, t
     for pattern in TABLES:
         pd.testing.assert_frame_equal(_tables(local, pattern), _tables(work, pattern), obj=pattern)
 
-    again = subprocess.run(
-        [*cmd, "-n"], cwd=REPO, capture_output=True, text=True, timeout=300, env=slurm.env
-    )  # fmt: skip
+    again = subprocess.run([*cmd, "-n"], cwd=REPO, capture_output=True, text=True, timeout=300, env=slurm.env)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 

@@ -8,10 +8,14 @@ import torch
 from safetensors.torch import load_file
 
 from sparta.data import sft_examples
-from sparta.models import MemberSpec
-from sparta.train import DPOParams, LoraParams, SFTParams, dpo_member, sft_member
+from sparta.members import MemberSpec
+from sparta.settings import DPOSettings, LoraSettings, Runtime, SFTSettings
+from sparta.train import dpo_member, sft_member
 
 from .tiny import build_tiny_model
+
+CPU = Runtime(device="cpu", system_prompt=None)
+CPU_SYS = Runtime(device="cpu", system_prompt="sys")
 
 
 def digest(path):
@@ -23,9 +27,14 @@ def sft_adapter(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
     base = build_tiny_model(root / "base")
     summary = sft_member(
-        "ann", str(base), sft_examples("addition", 8, 0), root / "ann", SFTParams(max_steps=2, batch_size=4),
-        LoraParams(), seed=0, system="sys", device="cpu",
-    )  # fmt: skip
+        "ann",
+        str(base),
+        sft_examples("addition", 8, 0),
+        root / "ann",
+        SFTSettings(max_steps=2, batch_size=4),
+        LoraSettings(),
+        Runtime(seed=0, device="cpu", system_prompt="sys"),
+    )
     assert summary["steps"] == 2
     return base, root / "ann" / "adapter"
 
@@ -51,9 +60,14 @@ def test_dpo_continues_the_adapter_and_leaves_the_base(sft_adapter, tmp_path):
     base_digest = digest(base / "model.safetensors")
     before = load_file(adapter / "adapter_model.safetensors")
     summary = dpo_member(
-        MemberSpec("ann", str(base), str(adapter)), PAIRS, tmp_path / "ann1",
-        DPOParams(learning_rate=1e-2, max_length=128), LoraParams(), seed=0, system="sys", device="cpu",
-    )  # fmt: skip
+        MemberSpec("ann", str(base), str(adapter)),
+        PAIRS,
+        tmp_path / "ann1",
+        DPOSettings(learning_rate=1e-2, max_length=128),
+        LoraSettings(),
+        CPU_SYS,
+        seed=0,
+    )
     assert summary["pairs"] == 2 and summary["steps"] == 2
     after = load_file(tmp_path / "ann1" / "adapter" / "adapter_model.safetensors")
     assert after.keys() == before.keys()  # same adapter, saved without TRL's "ref" copy
@@ -69,16 +83,16 @@ def test_dpo_without_pairs_keeps_member_unchanged(sft_adapter, tmp_path, caplog)
             MemberSpec("ann", str(base), str(adapter)),
             empty,
             tmp_path / "same",
-            DPOParams(),
-            LoraParams(),
+            DPOSettings(),
+            LoraSettings(),
+            CPU,
             0,
-            None,
         )
     assert summary["steps"] == 0 and "no preference pairs" in caplog.text
     copied = tmp_path / "same" / "adapter" / "adapter_model.safetensors"
     assert digest(copied) == digest(adapter / "adapter_model.safetensors")
     fresh = dpo_member(
-        MemberSpec("cid", str(base)), empty, tmp_path / "fresh", DPOParams(), LoraParams(), 0, None
+        MemberSpec("cid", str(base)), empty, tmp_path / "fresh", DPOSettings(), LoraSettings(), CPU, 0
     )
     assert fresh["adapter"] is None
 
@@ -86,9 +100,14 @@ def test_dpo_without_pairs_keeps_member_unchanged(sft_adapter, tmp_path, caplog)
 def test_fresh_member_gets_a_lora_from_dpo(sft_adapter, tmp_path):
     base, _ = sft_adapter
     summary = dpo_member(
-        MemberSpec("cid", str(base)), PAIRS, tmp_path / "cid", DPOParams(learning_rate=1e-2, max_length=128),
-        LoraParams(r=4), seed=0, system=None, device="cpu",
-    )  # fmt: skip
+        MemberSpec("cid", str(base)),
+        PAIRS,
+        tmp_path / "cid",
+        DPOSettings(learning_rate=1e-2, max_length=128),
+        LoraSettings(r=4),
+        CPU,
+        seed=0,
+    )
     weights = load_file(tmp_path / "cid" / "adapter" / "adapter_model.safetensors")
     assert any("lora_A" in k for k in weights)
     assert summary["steps"] == 2
@@ -120,7 +139,14 @@ def test_dpo_is_reproducible_with_the_same_seed(sft_adapter, tmp_path):
     for name, spec in specs.items():
         outs = []
         for k in range(2):
-            dpo_member(spec, PAIRS, tmp_path / f"{name}{k}", DPOParams(learning_rate=1e-2, max_length=128),
-                       LoraParams(), seed=3, system=None, device="cpu")  # fmt: skip
+            dpo_member(
+                spec,
+                PAIRS,
+                tmp_path / f"{name}{k}",
+                DPOSettings(learning_rate=1e-2, max_length=128),
+                LoraSettings(),
+                CPU,
+                seed=3,
+            )
             outs.append(load_file(tmp_path / f"{name}{k}" / "adapter" / "adapter_model.safetensors"))
         assert all(torch.equal(outs[0][key], outs[1][key]) for key in outs[0]), name

@@ -7,11 +7,15 @@ import json
 
 import pytest
 
-from sparta.engines import Engines, HFModel, vllm_max_lora_rank
+from sparta.backends import open_backend
+from sparta.backends.hf import HFMember
+from sparta.backends.vllm import max_lora_rank
+from sparta.chat import chat_text
 from sparta.evaluate import option_logprobs
-from sparta.generate import SamplingParams
-from sparta.judge import JudgeItem, judge_by_expectation
-from sparta.models import MemberLoader, MemberSpec, chat_text
+from sparta.judging import JudgeItem, judge_by_expectation
+from sparta.members import MemberSpec
+from sparta.models import MemberLoader
+from sparta.settings import BackendSettings, Runtime, Sampling, VLLMSettings
 
 from .tiny import build_tiny_model
 
@@ -23,13 +27,13 @@ def test_max_lora_rank_rounds_up_to_what_vllm_accepts(tmp_path):
         folder.mkdir()
         (folder / "adapter_config.json").write_text(json.dumps({"r": r}))
         specs.append(MemberSpec(name, "base", str(folder)))
-    assert vllm_max_lora_rank(specs) == 16
-    assert vllm_max_lora_rank([MemberSpec("plain", "base")]) == 1
+    assert max_lora_rank(specs) == 16
+    assert max_lora_rank([MemberSpec("plain", "base")]) == 1
 
 
 def test_unknown_backend_is_named():
     with pytest.raises(ValueError, match="unknown backend"):
-        Engines("tgi", "cpu", "float32")
+        open_backend(BackendSettings("tgi"), Runtime(device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +56,11 @@ def gpu_member(tmp_path_factory):
 
 def test_vllm_matches_hf_on_scores_and_generates(gpu_member):
     spec = gpu_member
-    options = {"gpu_memory_utilization": 0.3, "enforce_eager": True, "max_model_len": 1024}
-    engines = Engines("vllm", "cuda", "float32", [spec], options, seed=0)
-    vllm = engines(spec)
+    options = VLLMSettings(gpu_memory_utilization=0.3, enforce_eager=True, max_model_len=1024)
+    backend = open_backend(BackendSettings("vllm", options), Runtime(0, "cuda", "float32"), [spec])
+    vllm = backend.serve(spec)
     loader = MemberLoader("cuda", "float32")
-    hf = HFModel(loader.load(spec), loader.tokenizer(spec))
+    hf = HFMember(loader.load(spec), loader.tokenizer(spec))
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("Tom has 5 apples.", "He has 7 apples now.")]
     got = judge_by_expectation(vllm, items, 512, "sys", 4)
     want = judge_by_expectation(hf, items, 512, "sys", 4)
@@ -66,9 +70,9 @@ def test_vllm_matches_hf_on_scores_and_generates(gpu_member):
     context, opts = "Q: What is 3 + 4? A:", [" 7", " 12", " seven apples"]
     assert option_logprobs(vllm, context, opts) == pytest.approx(option_logprobs(hf, context, opts), abs=0.05)
     texts = [chat_text(vllm.tok, p, "sys") for p in ("What is 3 + 4?", "Tom has 5 apples.")]
-    sampled = SamplingParams(temperature=1.0, max_new_tokens=8)
+    sampled = Sampling(temperature=1.0, max_new_tokens=8)
     first = vllm.generate(texts, sampled, seed=3)
     assert first == vllm.generate(texts, sampled, seed=3)  # per-request seeds: reproducible
     assert all(g.finish_reason in ("stop", "length") and g.n_tokens <= 8 for g in first)
     with pytest.raises(ValueError, match="one base model per job"):
-        engines(MemberSpec("other", "/elsewhere"))
+        backend.serve(MemberSpec("other", "/elsewhere"))

@@ -38,17 +38,27 @@ def build_tiny_model(folder: str | Path, seed: int = 0, layers: int = 2, hidden:
     )
     tok.train_from_iterator(CORPUS * 20, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
         unk_token="<|endoftext|>",
-    )  # fmt: skip
+    )
     fast.chat_template = CHATML
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+        vocab_size=len(fast),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
         tie_word_embeddings=True,
-    )  # fmt: skip
+    )
     model = LlamaForCausalLM(cfg)
     model.save_pretrained(folder)
     fast.save_pretrained(folder)

@@ -22,16 +22,29 @@ def write_config(folder: Path, config: dict) -> Path:
 
 def snakemake_cmd(workdir: Path, configfile: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-        "--configfile", str(configfile), "--cores", "2", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *extra,
+    ]
 
 
 def run_snakemake(workdir: Path, configfile: Path, *extra: str, timeout: int = 1200, check=True):
     proc = subprocess.run(
-        snakemake_cmd(workdir, configfile, *extra), capture_output=True, text=True, timeout=timeout,
+        snakemake_cmd(workdir, configfile, *extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"

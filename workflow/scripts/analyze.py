@@ -2,62 +2,44 @@
 
 import pandas as pd
 
-from sparta import analysis, metrics, tables
+from sparta import analysis, tables
 from sparta.logs import setup
+from sparta.settings import job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
-files = list(sm.input.rounds)
-duels = tables.read_many([f for f in files if f.endswith("/duels.parquet")], "duels")
-states = tables.read_many([f for f in files if f.endswith("/state.parquet")], "state")
-judgments = tables.read_many([f for f in files if "/judgments/" in f], "judgments")
-responses = tables.read_many([f for f in files if "/responses/" in f], "responses")
-prefs = tables.read_many(sm.input.preferences, "preferences")
-cfg = sm.params.analysis
+cfg = job_settings(sm).analysis
+inp, out = sm.input, sm.output
+duels = tables.read_many(inp.duels, "duels")
+states = tables.read_many(inp.states, "state")
+judgments = tables.read_many(inp.judgments, "judgments")
+responses = tables.read_many(inp.responses, "responses")
+prefs = tables.read_many(inp.preferences, "preferences")
 
 embed = None
-if cfg.get("embedding_package"):
-    from sparta.evaluate import load_embedder
+if cfg.embedding_package:
+    from sparta.models import load_embedder
 
-    embed = load_embedder(cfg["embedding_package"])
-per_duel = analysis.pair_diversity(responses, duels, embed)
-diversity = analysis.diversity_by_iteration(per_duel) if len(per_duel) else pd.DataFrame()
-diversity.to_parquet(sm.output.diversity, index=False)
-analysis.lengths(prefs).to_parquet(sm.output.lengths, index=False)
+    embed = load_embedder(cfg.embedding_package)
+diversity = analysis.diversity_by_iteration(analysis.pair_diversity(responses, duels, embed))
+tables.write(diversity, out.diversity, "diversity")
+tables.write(analysis.lengths(prefs), out.lengths, "lengths")
 
-answer_kind = sm.params.answer
-if answer_kind and duels["answer"].notna().any():
-    answers = duels.drop_duplicates("prompt_id").set_index("prompt_id")["answer"]
-    labelled = metrics.label_accuracy(prefs, answers, answer_kind)
-    overall = metrics.summarize_label_accuracy(labelled.assign(scope="overall"), ["scope"])
-    per_iter = metrics.summarize_label_accuracy(labelled, ["iteration"]).assign(scope="iteration")
-    label = pd.concat([overall, per_iter], ignore_index=True)
-    per_judge = analysis.judge_label_accuracy(judgments, duels, responses, answer_kind)
-    judge_acc = pd.concat(
-        [
-            metrics.summarize_label_accuracy(per_judge, ["judge"]).assign(scope="judge"),
-            metrics.summarize_label_accuracy(per_judge, ["iteration", "judge"]).assign(
-                scope="iteration x judge"
-            ),
-        ],
-        ignore_index=True,
-    )
+if cfg.answer and duels["answer"].notna().any():
+    label = analysis.collective_label_accuracy(prefs, duels, cfg.answer)
+    judge_acc = analysis.judges_label_accuracy(judgments, duels, responses, cfg.answer)
 else:
     log.info("no ground truth for the alignment prompts: label accuracy skipped")
-    label, judge_acc = pd.DataFrame(), pd.DataFrame()
-label.to_parquet(sm.output.label_accuracy, index=False)
-judge_acc.to_parquet(sm.output.judge_accuracy, index=False)
+    label = judge_acc = tables.empty("label_accuracy")
+tables.write(label, out.label_accuracy, "label_accuracy")
+tables.write(judge_acc, out.judge_accuracy, "label_accuracy")
 
-last_round = states.groupby("iteration")["round"].transform("max") == states["round"]
-end_states = states[last_round]
-end_states[["iteration", "member", "reputation", "deviation", "judge_weight"]].to_parquet(
-    sm.output.standings, index=False
-)
-if sm.input.evaluation:
-    corr = analysis.reputation_vs_performance(end_states, pd.read_parquet(sm.input.evaluation))
-else:
-    corr = pd.DataFrame(columns=["task", "points", "members", "r_points", "r_member_means"])
-corr.to_parquet(sm.output.correlation, index=False)
-log.info("diversity:\n%s", diversity.to_string(index=False))
-log.info("label accuracy:\n%s", label.to_string(index=False))
-log.info("reputation vs validation performance:\n%s", corr.to_string(index=False))
+standings = analysis.standings(states)
+tables.write(standings, out.standings, "standings")
+evaluation = tables.read(inp.evaluation, "scores") if inp.evaluation else None
+corr = analysis.reputation_vs_performance(standings, evaluation)
+tables.write(corr, out.correlation, "correlation")
+with pd.option_context("display.width", 160):
+    log.info("diversity:\n%s", diversity.to_string(index=False))
+    log.info("label accuracy:\n%s", label.to_string(index=False))
+    log.info("reputation vs validation performance:\n%s", corr.to_string(index=False))

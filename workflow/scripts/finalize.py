@@ -8,9 +8,8 @@ log = setup(sm.log[0])
 tables.write(tables.read_many(sm.input.histories, "history"), sm.output.history, "history")
 state = tables.read(sm.input.state, "state")
 tables.write(state, sm.output.state, "state")
+standings = state.sort_values("reputation", ascending=False)
 log.info(
     "final standings:\n%s",
-    state.sort_values("reputation", ascending=False)[
-        ["member", "reputation", "deviation", "judge_weight"]
-    ].to_string(index=False),
+    standings[["member", "reputation", "deviation", "judge_weight"]].to_string(index=False),
 )

@@ -1,11 +1,10 @@
-"""rule init_state."""
+"""rule init_state: every member starts with the same reputation and deviation."""
 
 from sparta import tables
-from sparta.config import reputation_params
 from sparta.logs import setup
-from sparta.reputation import PoolState
+from sparta.reputation import PoolState, ReputationParams
 
 sm = snakemake  # noqa: F821
 setup(sm.log[0])
-params = reputation_params({"reputation": sm.params.reputation})
+params = ReputationParams(**sm.params.initial)
 tables.write(PoolState.initial(sm.params.members, params).to_frame(), sm.output.state, "state")

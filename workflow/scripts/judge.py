@@ -3,19 +3,21 @@
 import pandas as pd
 
 from sparta import tables
-from sparta.generate import SamplingParams, derive_seed
 from sparta.jobs import as_list, served_members
-from sparta.judge import JudgeItem, judge_by_expectation, judge_by_generation
+from sparta.judging import JudgeItem, judge_by_expectation, judge_by_generation
 from sparta.logs import setup
+from sparta.settings import derive_seed, job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
-cfg = sm.params.judge
+job = job_settings(sm)
+cfg, system = job.judge, job.runtime.system_prompt
 duels = tables.read(sm.input.duels, "duels")
 responses = tables.read_many(sm.input.responses, "responses")
 text = dict(zip(zip(responses["duel_id"], responses["model"]), responses["response"]))
-names, specs, engines = served_members(sm, "judges")
-for judge, spec, path in zip(names, specs, as_list(sm.output.judgments)):
+specs, backend = served_members(sm, job, "judges")
+for spec, path in zip(specs, as_list(sm.output.judgments)):
+    judge = spec.name
     todo = duels[(duels["model_a"] != judge) & (duels["model_b"] != judge)]
     keys, items = [], []
     for d in todo.itertuples(index=False):
@@ -26,14 +28,14 @@ for judge, spec, path in zip(names, specs, as_list(sm.output.judgments)):
             items.append(JudgeItem(d.prompt, text[(d.duel_id, target)]))
     out = []
     if items:
-        served = engines(spec)
-        if cfg["mode"] == "expected":
-            out = judge_by_expectation(served, items, cfg["max_length"], sm.params.system, cfg["batch_size"])
+        served = backend.serve(spec)
+        if cfg.mode == "expected":
+            out = judge_by_expectation(served, items, cfg.max_length, system, cfg.batch_size)
         else:
-            sampling = SamplingParams(cfg["temperature"], cfg["top_p"], cfg["top_k"], cfg["max_new_tokens"])
-            seed = derive_seed(sm.params.seed, sm.wildcards.t, sm.wildcards.r, judge, "judge")
-            out = judge_by_generation(served, items, sampling, seed, cfg["max_length"], sm.params.system,
-                                      cfg["batch_size"])  # fmt: skip
+            seed = derive_seed(job.runtime.seed, sm.wildcards.t, sm.wildcards.r, judge, "judge")
+            out = judge_by_generation(
+                served, items, cfg.sampling, seed, cfg.max_length, system, cfg.batch_size
+            )
     rows = (
         pd.DataFrame(
             {
@@ -51,8 +53,19 @@ for judge, spec, path in zip(names, specs, as_list(sm.output.judgments)):
     )
     tables.write(rows, path, "judgments")
     unusable = int(rows["score"].isna().sum()) if len(rows) else 0
-    log.info("%s judged %d responses (mode %s): %d unusable, %d truncated", judge, len(rows), cfg["mode"],
-             unusable, int(rows["truncated"].sum()) if len(rows) else 0)  # fmt: skip
+    cut = int(rows["truncated"].sum()) if len(rows) else 0
+    log.info(
+        "%s judged %d responses (mode %s): %d unusable, %d truncated",
+        judge,
+        len(rows),
+        cfg.mode,
+        unusable,
+        cut,
+    )
     if unusable:
-        log.warning("%s: %d of %d judgments had no usable score; they are left out of aggregation",
-                    judge, unusable, len(rows))  # fmt: skip
+        log.warning(
+            "%s: %d of %d judgments had no usable score; they are left out of aggregation",
+            judge,
+            unusable,
+            len(rows),
+        )

@@ -1,4 +1,4 @@
-"""rule split_prompts."""
+"""rule split_prompts: the prompt file split with the seed into alignment, validation, test."""
 
 from sparta import tables
 from sparta.data import read_prompt_file, split
@@ -7,8 +7,7 @@ from sparta.logs import setup
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0])
 p = sm.params.prompts
-prompts = read_prompt_file(sm.input[0], p["prompt_column"], p.get("answer_column"), p.get("id_column"))
-parts = split(prompts, p["validation"], p["test"], sm.params.seed)
-for name, df in parts.items():
+prompts = read_prompt_file(sm.input.prompts, p["prompt_column"], p["answer_column"], p["id_column"])
+for name, df in split(prompts, p["validation"], p["test"], sm.params.seed).items():
     tables.write(df, sm.output[name], "prompts")
     log.info("%s: %d prompts", name, len(df))

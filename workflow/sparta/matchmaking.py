@@ -22,7 +22,7 @@ from . import tables
 # independent random streams; changing one never shifts another
 _STREAM_PROMPTS = 0
 _STREAM_FIRSTS = 1
-STREAM_OPPONENTS = 2  # also used by reputation.run_sequential
+STREAM_OPPONENTS = 2
 
 
 class PoolError(ValueError):
@@ -41,12 +41,17 @@ class MatchParams:
     """Ablation 'w/o randomness in match': False sets alpha to 0 (always top-k)."""
     top_k_restriction: bool = True
     """Ablation 'w/o top-k match': False draws every opponent uniformly (alpha = 1)."""
+    rounds_per_iteration: int = 1
+    """Rounds per iteration, each matched on the reputations after the previous one (authors
+    1; one duel per round is Algorithm 1 literally)."""
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
             raise PoolError(f"matchmaking alpha must be in [0, 1], got {self.alpha}")
         if int(self.top_k) != self.top_k or self.top_k < 1:
             raise PoolError(f"matchmaking top_k must be an integer >= 1, got {self.top_k}")
+        if self.rounds_per_iteration < 1:
+            raise PoolError(f"rounds_per_iteration must be >= 1, got {self.rounds_per_iteration}")
 
     @property
     def effective_alpha(self) -> float:

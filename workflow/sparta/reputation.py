@@ -1,5 +1,6 @@
 """Judgment aggregation, the reputation update (paper Eq. 1), down-weighting (appendix C.1)
-and preference selection; plus the literal sequential loop of Algorithm 1.
+and preference selection. (The literal sequential loop of Algorithm 1, the reference the
+staged workflow is tested against, lives beside the tests: tests/reference.py.)
 
 Pure Python and numpy: no model, no heavy import. Every constant is a field of
 :class:`ReputationParams`; its defaults are the authors' code's values, and
@@ -22,22 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from . import tables
-from .matchmaking import (
-    STREAM_OPPONENTS,
-    MatchParams,
-    check_pool,
-    duel_id,
-    pick_opponent,
-    plan_iteration,
-    rng_for,
-)
+from .matchmaking import check_pool
 
 _SQRT2 = math.sqrt(2.0)
 
@@ -165,19 +158,6 @@ class PoolState:
             deltas=[[] for _ in range(m)],
         )
 
-    def copy(self) -> PoolState:
-        return PoolState(
-            members=list(self.members),
-            reputation=list(self.reputation),
-            deviation=list(self.deviation),
-            weight=list(self.weight),
-            downweighted_at=list(self.downweighted_at),
-            deltas=[list(d) for d in self.deltas],
-            duels_this_iteration=self.duels_this_iteration,
-            iteration=self.iteration,
-            round=self.round,
-        )
-
     def reputations(self) -> dict[str, float]:
         return dict(zip(self.members, self.reputation, strict=True))
 
@@ -278,15 +258,15 @@ def update(
     return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
 
 
-def weighted_mean(scores: dict[str, float | None], state: PoolState) -> tuple[float | None, int]:
-    """Reputation-weighted mean of judge scores (paper's Aggregate): judges with a null score
-    are left out of numerator and denominator. Returns (mean or None, judges used)."""
+def weighted_mean(scores: Iterable[tuple[int, float | None]], state: PoolState) -> tuple[float | None, int]:
+    """The paper's Aggregate: the mean of (judge index, score) pairs weighted by judge weight
+    x live reputation; null scores are left out of numerator and denominator. Returns (mean,
+    or None without weight; judges used)."""
     num = den = 0.0
     used = 0
-    for judge, s in scores.items():
-        if s is None or (isinstance(s, float) and math.isnan(s)):
+    for j, s in scores:
+        if s is None or math.isnan(s):
             continue
-        j = state.index[judge]
         w = state.weight[j] * state.reputation[j]
         num += w * s
         den += w
@@ -304,21 +284,42 @@ def decide(score_a: float | None, score_b: float | None) -> str:
     return "tie"
 
 
-def _record(state, duel, s_a, s_b, n_a, n_b, before, after, k, outcome) -> tuple:
-    return (
-        state.iteration, state.round, duel[0], duel[1], duel[2], s_a, s_b, n_a, n_b,
-        before[0], after[0], before[1], after[1], before[2], after[2], before[3], after[3],
-        k, outcome,
-    )  # fmt: skip
+def _standing(state: PoolState, a: int, b: int, when: str) -> dict:
+    return {
+        f"reputation_a_{when}": state.reputation[a],
+        f"deviation_a_{when}": state.deviation[a],
+        f"reputation_b_{when}": state.reputation[b],
+        f"deviation_b_{when}": state.deviation[b],
+    }
 
 
-def _history_frame(rows: list[tuple]) -> pd.DataFrame:
-    if not rows:
-        return tables.empty("history")
-    return pd.DataFrame(rows, columns=tables.columns("history"))
+def settle_duel(state, duel_id, a, b, s_a, s_b, n_a, n_b, params) -> tuple[dict, str]:
+    """Decide one duel from its aggregated scores and, unless it has no verdict, update both
+    reputations. Returns the history row and the outcome (a, b, tie, no_verdict)."""
+    ia, ib = state.index[a], state.index[b]
+    before = _standing(state, ia, ib, "before")
+    outcome = decide(s_a, s_b)
+    k = float("nan") if outcome == "no_verdict" else update(state, ia, ib, s_a, s_b, params)[0]
+    row = {
+        "iteration": state.iteration,
+        "round": state.round,
+        "duel_id": duel_id,
+        "model_a": a,
+        "model_b": b,
+        "score_a": float("nan") if s_a is None else s_a,
+        "score_b": float("nan") if s_b is None else s_b,
+        "n_judges_a": n_a,
+        "n_judges_b": n_b,
+        **before,
+        **_standing(state, ia, ib, "after"),
+        "kappa": k,
+        "outcome": outcome,
+    }
+    return row, outcome
 
 
-def _preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome) -> dict:
+def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome) -> dict:
+    """The preference pair of a won duel: the winner's answer chosen."""
     won_a = outcome == "a"
     return {
         "iteration": state.iteration,
@@ -336,44 +337,14 @@ def _preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outco
     }
 
 
-def _preferences_frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty("preferences")
+def frame(rows: list[dict], kind: str) -> pd.DataFrame:
+    """Rows (dicts by column name) as a table of ``kind``."""
+    return pd.DataFrame(rows, columns=tables.columns(kind)) if rows else tables.empty(kind)
 
 
-def judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, duel_key) -> tuple[tuple, str]:
-    """Decide one duel and, unless it has no verdict, update reputations. Returns the
-    history row and the outcome."""
-    ia, ib = state.index[a], state.index[b]
-    before = (state.reputation[ia], state.deviation[ia], state.reputation[ib], state.deviation[ib])
-    outcome = decide(s_a, s_b)
-    if outcome == "no_verdict":
-        k = float("nan")
-        after = before
-    else:
-        k, *after = update(state, ia, ib, s_a, s_b, params)
-    nan = float("nan")
-    row = _record(
-        state, duel_key, nan if s_a is None else s_a, nan if s_b is None else s_b,
-        n_a, n_b, before, tuple(after), k, outcome,
-    )  # fmt: skip
-    return row, outcome
-
-
-def aggregate_round(
-    state: PoolState,
-    duels: pd.DataFrame,
-    responses: pd.DataFrame,
-    judgments: pd.DataFrame,
-    params: ReputationParams,
-) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Aggregate one round's judgments and update ``state`` duel by duel, in table order.
-
-    Returns (history rows, preference pairs, counts). Each duel uses the judges' live
-    reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
-    """
-    if len(duels):
-        state.round = int(duels["round"].iloc[0])
-    n = len(duels)
+def _usable_judgments(state: PoolState, duels: pd.DataFrame, judgments: pd.DataFrame):
+    """Check a round's duels and judgments against the pool and each other; return the
+    usable judgments as arrays (duel position, side 0 = a / 1 = b, judge index, score)."""
     members = pd.Index(state.members)
     a_idx = members.get_indexer(duels["model_a"])
     b_idx = members.get_indexer(duels["model_b"])
@@ -385,8 +356,7 @@ def aggregate_round(
     if duels["duel_id"].duplicated().any():
         raise AggregationError("duel ids repeat within the round")
 
-    duel_index = pd.Index(duels["duel_id"])
-    pos = duel_index.get_indexer(judgments["duel_id"])
+    pos = pd.Index(duels["duel_id"]).get_indexer(judgments["duel_id"])
     if (pos < 0).any():
         extra = sorted(set(judgments["duel_id"][pos < 0]))[:5]
         raise AggregationError(f"judgments refer to duel(s) not in this round: {extra}")
@@ -410,93 +380,46 @@ def aggregate_round(
     key = (pos * 2 + side) * len(members) + judge
     if pd.Series(key).duplicated().any():
         raise AggregationError("a judge scored the same response of a duel twice")
+    return pos[usable], side[usable], judge[usable], score[usable]
 
-    # group usable judgments by (duel, side), then walk the duels in order
-    pos, side, judge, score = pos[usable], side[usable], judge[usable], score[usable]
+
+def _scores_by_side(n_duels: int, pos, side, judge, score) -> list[list[tuple[int, float]]]:
+    """Usable (judge, score) pairs of each (duel, side) slot, judges in pool order."""
     order = np.lexsort((judge, side, pos))
-    slot = (pos * 2 + side)[order]
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(slot, minlength=2 * n))]).tolist()
-    judges = judge[order].tolist()
-    scores = score[order].tolist()
+    slots: list[list[tuple[int, float]]] = [[] for _ in range(2 * n_duels)]
+    for s, j, x in zip((pos * 2 + side)[order].tolist(), judge[order].tolist(), score[order].tolist()):
+        slots[s].append((j, x))
+    return slots
 
-    texts = {}
-    if len(responses):
-        texts = dict(zip(zip(responses["duel_id"], responses["model"]), responses["response"]))
-    rep, weight = state.reputation, state.weight  # live lists: updates show at once
+
+def aggregate_round(
+    state: PoolState,
+    duels: pd.DataFrame,
+    responses: pd.DataFrame,
+    judgments: pd.DataFrame,
+    params: ReputationParams,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Aggregate one round's judgments and update ``state`` duel by duel, in table order.
+
+    Returns (history rows, preference pairs, counts). Each duel uses the judges' live
+    reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
+    """
+    if len(duels):
+        state.round = int(duels["round"].iloc[0])
+    slots = _scores_by_side(len(duels), *_usable_judgments(state, duels, judgments))
+    texts = dict(zip(zip(responses["duel_id"], responses["model"]), responses["response"]))
     history, prefs = [], []
-    counts = {"duels": n, "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
+    counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
     cols = [duels[c].tolist() for c in ("duel_id", "model_a", "model_b", "prompt_id", "prompt")]
     for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
-        means = []
-        for s in (0, 1):
-            num = den = 0.0
-            lo, hi = bounds[2 * d + s], bounds[2 * d + s + 1]
-            for j, x in zip(judges[lo:hi], scores[lo:hi]):
-                w = weight[j] * rep[j]
-                num += w * x
-                den += w
-            means.append((num / den if den > 0 else None, hi - lo))
-        (s_a, n_a), (s_b, n_b) = means
-        row, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (did, a, b))
+        s_a, n_a = weighted_mean(slots[2 * d], state)
+        s_b, n_b = weighted_mean(slots[2 * d + 1], state)
+        row, outcome = settle_duel(state, did, a, b, s_a, s_b, n_a, n_b, params)
         history.append(row)
         counts[outcome] += 1
         if outcome in ("a", "b"):
             ya, yb = texts.get((did, a)), texts.get((did, b))
             if ya is None or yb is None:
                 raise AggregationError(f"duel {did} has judgments but no response of {a}/{b}")
-            prefs.append(_preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
-    return _history_frame(history), _preferences_frame(prefs), counts
-
-
-# --- the literal Algorithm 1 -------------------------------------------------------------
-
-Respond = Callable[[str, str], str]
-"""respond(member, prompt) -> response"""
-Judge = Callable[[str, str, str], "float | None"]
-"""judge(judge_member, prompt, response) -> score in [1, 10], or None when unusable"""
-
-
-def run_sequential(
-    prompts: pd.DataFrame,
-    members: Sequence[str],
-    respond: Respond,
-    judge: Judge,
-    iterations: int,
-    prompts_per_iteration: int,
-    seed: int,
-    match: MatchParams,
-    params: ReputationParams,
-    train: Callable[[int, pd.DataFrame], None] | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame, PoolState]:
-    """Algorithm 1, duel by duel, with match-making on live reputations.
-
-    Each duel is its own round, so this is the reference the staged workflow must equal when
-    run with one duel per round. ``train(iteration, preferences)`` stands for the DPO step.
-    Returns (history, preferences, final state).
-    """
-    state = PoolState.initial(members, params)
-    history, prefs = [], []
-    for t in range(1, iterations + 1):
-        begin_iteration(state, t, params)
-        plan = plan_iteration(prompts, members, prompts_per_iteration, prompts_per_iteration, seed, t)
-        new_prefs = []
-        for row in plan.itertuples(index=False):
-            state.round = int(row.round)
-            rng = rng_for(seed, t, state.round, STREAM_OPPONENTS)
-            ia = state.index[row.model_a]
-            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)]
-            ya, yb = respond(a, row.prompt), respond(b, row.prompt)
-            judges = [k for k in state.members if k not in (a, b)]
-            s_a, n_a = weighted_mean({k: judge(k, row.prompt, ya) for k in judges}, state)
-            s_b, n_b = weighted_mean({k: judge(k, row.prompt, yb) for k in judges}, state)
-            key = duel_id(t, int(row.position))
-            record, outcome = judge_duel(state, a, b, s_a, s_b, n_a, n_b, params, (key, a, b))
-            history.append(record)
-            if outcome in ("a", "b"):
-                new_prefs.append(
-                    _preference(state, key, row.prompt_id, row.prompt, a, b, ya, yb, s_a, s_b, outcome)
-                )
-        prefs.extend(new_prefs)
-        if train is not None:
-            train(t, _preferences_frame(new_prefs))
-    return _history_frame(history), _preferences_frame(prefs), state
+            prefs.append(preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
+    return frame(history, "history"), frame(prefs, "preferences"), counts

@@ -112,9 +112,100 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("margin", _f64),
         ]
     ),
+    # --- evaluation ------------------------------------------------------------------------
+    # one row per (task, split, example) of one member at one checkpoint (0 = initial pool);
+    # mc1 only for truthfulqa_mc
+    "evaluation": pa.schema(
+        [
+            ("checkpoint", _i32),
+            ("member", _str),
+            ("task", _str),
+            ("metric", _str),
+            ("split", _str),
+            ("example_id", _str),
+            ("prediction", _str),
+            ("score", _f64),
+            ("mc1", _f64),
+        ]
+    ),
+    # mean score per (task, checkpoint, member, split) over n examples
+    "scores": pa.schema(
+        [
+            ("task", _str),
+            ("metric", _str),
+            ("checkpoint", _i32),
+            ("member", _str),
+            ("split", _str),
+            ("score", _f64),
+            ("n", pa.int64()),
+        ]
+    ),
+    # per task: the best member on validation (initial pool, final members), its test score
+    "selection": pa.schema(
+        [
+            ("task", _str),
+            ("stage", _str),
+            ("checkpoint", _i32),
+            ("member", _str),
+            ("validation", _f64),
+            ("test", _f64),
+        ]
+    ),
+    # --- analyses ----------------------------------------------------------------------------
+    # mean distance between the two answers of a duel, per iteration (embedding: null if off)
+    "diversity": pa.schema(
+        [
+            ("iteration", _i32),
+            ("edit", _f64),
+            ("one_minus_bleu", _f64),
+            ("embedding", _f64),
+            ("duels", pa.int64()),
+        ]
+    ),
+    # mean words of chosen and rejected answers per iteration
+    "lengths": pa.schema([("iteration", _i32), ("chosen_words", _f64), ("rejected_words", _f64)]),
+    # preference-label accuracy over informative pairs (exactly one answer right), with a 95%
+    # Wilson interval; scope overall | iteration | judge | iteration x judge
+    "label_accuracy": pa.schema(
+        [
+            ("scope", _str),
+            ("iteration", _i32),
+            ("judge", _str),
+            ("correct", pa.int64()),
+            ("wrong", pa.int64()),
+            ("informative", pa.int64()),
+            ("pairs", pa.int64()),
+            ("accuracy", _f64),
+            ("accuracy_low", _f64),
+            ("accuracy_high", _f64),
+        ]
+    ),
+    # Pearson r between reputation and validation score, per task
+    "correlation": pa.schema(
+        [
+            ("task", _str),
+            ("points", pa.int64()),
+            ("members", pa.int64()),
+            ("r_points", _f64),
+            ("r_member_means", _f64),
+        ]
+    ),
+    # reputation state at the end of every iteration
+    "standings": pa.schema(
+        [
+            ("iteration", _i32),
+            ("member", _str),
+            ("reputation", _f64),
+            ("deviation", _f64),
+            ("judge_weight", _f64),
+        ]
+    ),
 }
 
-OUTCOMES = ("a", "b", "tie", "no_verdict")
+
+# tables whose frames may leave columns out (written as nulls): summaries, not the contract
+# between the stages of an iteration
+OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy"}
 
 
 class TableError(ValueError):
@@ -142,7 +233,10 @@ def to_arrow(df: pd.DataFrame, kind: str) -> pa.Table:
 
 
 def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
-    """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``."""
+    """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``. Columns of
+    the schema missing from an analysis or evaluation frame are written as nulls."""
+    if kind in OPTIONAL_COLUMNS_OK:
+        df = df.reindex(columns=_schema(kind).names)
     table = to_arrow(df, kind)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .settings import TaskSpec
+
 METRICS = ("exact_match", "multiple_choice", "truthfulqa_mc", "judge_score")
 
 
@@ -40,30 +42,28 @@ def parse_list(value):
     return list(value)
 
 
-def load_task(spec: dict, prompt_splits: dict[str, pd.DataFrame], seed: int) -> Task:
-    """A task from its config entry (see evaluation.tasks in the config schema)."""
-    metric = spec.get("metric", "exact_match")
-    if metric not in METRICS:
-        raise TaskError(f"task {spec['name']}: unknown metric {metric!r}; use one of {METRICS}")
-    limit = spec.get("max_examples")
-    if spec.get("source", "file") == "prompts":
+def load_task(
+    spec: TaskSpec, prompt_splits: dict[str, pd.DataFrame], seed: int, root: str | Path = "."
+) -> Task:
+    """A task from its config entry; a file task's path is relative to ``root``."""
+    if spec.metric not in METRICS:
+        raise TaskError(f"task {spec.name}: unknown metric {spec.metric!r}; use one of {METRICS}")
+    if spec.source == "prompts":
         rows = {
             s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
         }
     else:
         from .data import PromptFileError, read_prompt_file, read_table_file
 
-        path = Path(spec["file"])
-        where = f"evaluation task {spec['name']}"
+        path = Path(root) / spec.file
+        where = f"evaluation task {spec.name}"
         try:
             raw = read_table_file(path, f"{where}: file", "evaluation.tasks[].file")
-            base = read_prompt_file(
-                path, spec.get("prompt_column", "prompt"), spec.get("answer_column"), spec.get("id_column")
-            )
+            base = read_prompt_file(path, spec.prompt_column, spec.answer_column, spec.id_column)
         except PromptFileError as e:
             raise TaskError(f"{where}: {e}") from e
         for key in ("options_column", "labels_column", "reference_column"):
-            col = spec.get(key)
+            col = getattr(spec, key)
             if col:
                 if col not in raw.columns:
                     raise TaskError(f"{where}: no column {col!r} ({key}) in {path}")
@@ -72,12 +72,13 @@ def load_task(spec: dict, prompt_splits: dict[str, pd.DataFrame], seed: int) -> 
         shuffled = base.sample(frac=1.0, random_state=seed).reset_index(drop=True)
         half = len(shuffled) // 2
         rows = {"validation": shuffled.iloc[:half], "test": shuffled.iloc[half:]}
-    if limit:
-        rows = {s: df.head(int(limit)).reset_index(drop=True) for s, df in rows.items()}
+    if spec.max_examples:
+        rows = {s: df.head(int(spec.max_examples)).reset_index(drop=True) for s, df in rows.items()}
     for s, df in rows.items():
         if len(df) == 0:
-            raise TaskError(f"task {spec['name']}: the {s} split is empty")
-        if metric in ("exact_match", "multiple_choice") and ("answer" not in df or df["answer"].isna().all()):
-            raise TaskError(f"task {spec['name']}: metric {metric} needs an answer column")
-    return Task(spec["name"], metric, rows, spec.get("answer", "number"), spec.get("chat_template", True),
-                spec.get("max_new_tokens", 256))  # fmt: skip
+            raise TaskError(f"task {spec.name}: the {s} split is empty")
+        if spec.metric in ("exact_match", "multiple_choice") and (
+            "answer" not in df or df["answer"].isna().all()
+        ):
+            raise TaskError(f"task {spec.name}: metric {spec.metric} needs an answer column")
+    return Task(spec.name, spec.metric, rows, spec.answer, spec.chat_template, spec.max_new_tokens)

@@ -10,48 +10,28 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from .models import MemberSpec, check_adapter_folder, load_base, load_tokenizer, pick_device, pick_dtype
+from .members import MemberSpec, check_adapter_folder
+from .models import load_base, load_tokenizer, pick_device, pick_dtype
+from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class LoraParams:
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+def lora_config(lora: LoraSettings):
+    from peft import LoraConfig
 
-    def config(self):
-        from peft import LoraConfig
-
-        return LoraConfig(
-            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-            target_modules=list(self.target_modules), task_type="CAUSAL_LM",
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class DPOParams:
-    """DPO settings; defaults are the authors' (beta 0.1, lr 1e-6 cosine, warmup 0.1,
-    weight decay 1e-5, 1 epoch, batch 1, max_length 512)."""
-
-    beta: float = 0.1
-    learning_rate: float = 1e-6
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    weight_decay: float = 1e-5
-    epochs: float = 1.0
-    batch_size: int = 1
-    gradient_accumulation: int = 1
-    max_length: int = 512
-    loss_type: str = "sigmoid"
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
 
 
 def preference_dataset(prefs: pd.DataFrame, system: str | None):
@@ -69,13 +49,13 @@ def preference_dataset(prefs: pd.DataFrame, system: str | None):
     )
 
 
-def _trainable_member(spec: MemberSpec, lora: LoraParams, device: str, dtype: str):
+def _trainable_member(spec: MemberSpec, lora: LoraSettings, device: str, dtype: str):
     from peft import PeftModel, get_peft_model
 
     dev = pick_device(device)
     base = load_base(spec.base, dev, pick_dtype(dtype, dev))
     if spec.adapter is None:
-        return get_peft_model(base, lora.config())
+        return get_peft_model(base, lora_config(lora))
     check_adapter_folder(spec.adapter)
     return PeftModel.from_pretrained(base, spec.adapter, is_trainable=True)
 
@@ -84,14 +64,14 @@ def dpo_member(
     spec: MemberSpec,
     prefs: pd.DataFrame,
     out_dir: str | Path,
-    params: DPOParams,
-    lora: LoraParams,
+    params: DPOSettings,
+    lora: LoraSettings,
+    runtime: Runtime,
     seed: int,
-    system: str | None,
-    device: str = "auto",
-    dtype: str = "auto",
 ) -> dict:
     """Train one member on all of an iteration's pairs; save its adapter under ``out_dir``.
+    ``seed`` is this member's (derived from the run's seed); ``runtime`` gives device,
+    dtype and the system prompt.
 
     Returns a summary (pairs, steps, final loss). With no pairs the adapter is copied
     unchanged, and the log says so.
@@ -108,6 +88,7 @@ def dpo_member(
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
 
+    device, dtype = runtime.device, runtime.dtype
     set_seed(seed)  # before a fresh LoRA is initialised (its A matrices are random)
     tok = load_tokenizer(spec.base)
     tok.padding_side = "right"
@@ -135,7 +116,10 @@ def dpo_member(
         disable_tqdm=False,
     )
     trainer = DPOTrainer(
-        model=model, args=args, train_dataset=preference_dataset(prefs, system), processing_class=tok
+        model=model,
+        args=args,
+        train_dataset=preference_dataset(prefs, runtime.system_prompt),
+        processing_class=tok,
     )
     result = trainer.train()
     # save only the member's own adapter, not TRL's frozen "ref" copy
@@ -149,44 +133,29 @@ def dpo_member(
     }
 
 
-@dataclass(frozen=True)
-class SFTParams:
-    """Short LoRA SFT of an initial member on one domain (paper appendix C.3: lr 2e-4 cosine,
-    warmup 0.1; steps are few here so the embedded default stays a laptop run)."""
-
-    max_steps: int = 30
-    learning_rate: float = 2e-4
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    batch_size: int = 8
-    max_length: int = 256
-
-
 def sft_member(
     name: str,
     base: str,
     examples: pd.DataFrame,
     out_dir: str | Path,
-    params: SFTParams,
-    lora: LoraParams,
-    seed: int,
-    system: str | None,
-    device: str = "auto",
-    dtype: str = "auto",
+    params: SFTSettings,
+    lora: LoraSettings,
+    runtime: Runtime,
 ) -> dict:
     """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter."""
     from datasets import Dataset
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
+    seed, system = runtime.seed, runtime.system_prompt
     set_seed(seed)
     if len(examples) == 0:
         raise ValueError(f"member {name}: the SFT data is empty")
     out_dir = Path(out_dir)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    dev = pick_device(device)
-    model = load_base(base, dev, pick_dtype(dtype, dev))
+    dev = pick_device(runtime.device)
+    model = load_base(base, dev, pick_dtype(runtime.dtype, dev))
     sys = [{"role": "system", "content": system}] if system else []
     data = Dataset.from_dict(
         {
@@ -214,7 +183,7 @@ def sft_member(
         dataloader_num_workers=0,
     )
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora.config()
+        model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora_config(lora)
     )
     result = trainer.train()
     adapter_dir = out_dir / "adapter"

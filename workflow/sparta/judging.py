@@ -7,21 +7,20 @@ expectation. It never samples, so a small judge always gives a usable, graded sc
 
 Truncation never cuts the instruction or the assistant prefix: when the prompt is too long,
 the response under judgment is shortened and the judgment records ``truncated``.
+
+Pure: the judge is a served member (:mod:`sparta.backends`); only its tokenizer and its two
+primitives are used here.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import re
 from dataclasses import dataclass
 
-import torch
-from tqdm.auto import tqdm
-
-from .generate import SamplingParams
-from .models import chat_text
+from .chat import chat_text
+from .settings import Sampling
 
 JUDGE_PROMPT = (
     "Please act as an impartial judge and evaluate the quality of the response to the "
@@ -116,17 +115,19 @@ def parse_score(text: str) -> tuple[float | None, str | None]:
 
 
 def judge_by_generation(
-    judge, items: list[JudgeItem], sampling: SamplingParams, seed: int, max_length: int,
-    system: str | None, batch_size: int,
-) -> list[Judgment]:  # fmt: skip
-    """Sample the judge's answer for each item and parse it (mode ``generate``).
-
-    ``judge`` is a served member (:mod:`sparta.engines`): any backend."""
-    tok = judge.tok
-    texts, cut = zip(*(judge_text(tok, it, max_length, system, "") for it in items)) if items else ((), ())
-    outs = judge.generate(list(texts), sampling, seed, batch_size, desc="judge")
+    judge,
+    items: list[JudgeItem],
+    sampling: Sampling,
+    seed: int,
+    max_length: int,
+    system: str | None,
+    batch_size: int,
+) -> list[Judgment]:
+    """Sample the judge's answer for each item and parse it (mode ``generate``)."""
+    built = [judge_text(judge.tok, it, max_length, system, "") for it in items]
+    outs = judge.generate([t for t, _ in built], sampling, seed, batch_size, desc="judge")
     result = []
-    for out, truncated in zip(outs, cut):
+    for out, (_, truncated) in zip(outs, built):
         score, error = parse_score(out.text)
         result.append(Judgment(score, out.text, error, truncated))
     return result
@@ -150,9 +151,8 @@ def judge_by_expectation(
 ) -> list[Judgment]:
     """Exact probability of each score string, and its expectation (mode ``expected``).
 
-    The shared prompt runs once per item; the ten continuations then run against its
-    key/value cache. P(s) is normalised over the ten strings; ``raw`` holds the
-    distribution and the probability mass the ten strings had before normalising.
+    P(s) is normalised over the ten strings; ``raw`` holds the distribution and the
+    probability mass the ten strings had before normalising.
     """
     built = [judge_text(judge.tok, it, max_length, system, ASSISTANT_PREFIX) for it in items]
     return score_texts(judge, [t for t, _ in built], [c for _, c in built], SCORES, batch_size)
@@ -167,82 +167,11 @@ def expected_scores(judge, user_texts: list[str], scores, system: str | None, ba
 def score_texts(judge, texts: list[str], truncated: list[bool], scores, batch_size: int) -> list[Judgment]:
     prepared = [candidate_ids(judge.tok, t, scores) for t in texts]
     logps = judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], batch_size)
-    return [_expectation(lp, cut, scores) for lp, cut in zip(logps, truncated)]
+    return [expectation(lp, cut, scores) for lp, cut in zip(logps, truncated)]
 
 
-@torch.no_grad()
-def batched_continuation_logprobs(model, pad: int, prompts, conts, batch_size: int) -> list[list[float]]:
-    """Hugging Face backend of ``continuation_logprobs``: prompts sorted by length, batched
-    with left padding; each prompt runs once and its continuations run against its cache.
-    Rows of one batch must have the same number of continuations."""
-    device = next(model.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: (len(conts[i]), -len(prompts[i])))
-    out: list[list[float]] = [[] for _ in prompts]
-    with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
-        start = 0
-        while start < len(order):
-            width = len(conts[order[start]])
-            idx = [i for i in order[start : start + batch_size] if len(conts[i]) == width]
-            for i, lp in zip(idx, _candidate_logprobs(model, [prompts[i] for i in idx],
-                                                      [conts[i] for i in idx], pad, device)):  # fmt: skip
-                out[i] = lp
-            start += len(idx)
-            bar.update(len(idx))
-    return out
-
-
-def _candidate_logprobs(model, prompts, conts, pad, device) -> list[list[float]]:
-    b, c = len(prompts), len(conts[0])
-    width = max(len(p) for p in prompts)
-    ids = torch.full((b, width), pad, dtype=torch.long)
-    mask = torch.zeros((b, width), dtype=torch.long)
-    for i, p in enumerate(prompts):  # left padding
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    first = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    last_logp = torch.log_softmax(first.logits[:, -1].float(), -1)  # (b, vocab)
-    cache = first.past_key_values
-    cache.batch_repeat_interleave(c)
-    clen = max(len(x) for row in conts for x in row)
-    cont = torch.full((b * c, clen), pad, dtype=torch.long)
-    cmask = torch.zeros((b * c, clen), dtype=torch.long)
-    for i, row in enumerate(conts):
-        for j, x in enumerate(row):
-            cont[i * c + j, : len(x)] = torch.tensor(x)
-            cmask[i * c + j, : len(x)] = 1
-    cont, cmask = cont.to(device), cmask.to(device)
-    full_mask = torch.cat([mask.repeat_interleave(c, 0), cmask], dim=1)
-    start = pos[:, -1:].repeat_interleave(c, 0) + 1
-    cpos = start + torch.arange(clen, device=device)
-    nxt = model(
-        input_ids=cont,
-        attention_mask=full_mask,
-        position_ids=cpos,
-        use_cache=True,
-        **{_cache_kwarg(model): cache},
-    )
-    logp = torch.log_softmax(nxt.logits.float(), -1)  # (b*c, clen, vocab)
-    result = []
-    for i in range(b):
-        row = []
-        for j, x in enumerate(conts[i]):
-            total = last_logp[i, x[0]].item()
-            for k in range(1, len(x)):
-                total += logp[i * c + j, k - 1, x[k]].item()
-            row.append(total)
-        result.append(row)
-    return result
-
-
-def _cache_kwarg(model) -> str:
-    # transformers 5.2x renamed the forward argument `past_key_values` to `cache`
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def _expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
+def expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
+    """The expected score under the candidates' log-probabilities, normalised over them."""
     top = max(logps)
     weights = [math.exp(lp - top) for lp in logps]
     z = sum(weights)

@@ -5,7 +5,7 @@ from sparta.logs import setup
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0])
-prefs = tables.read_many(sm.input, "preferences")
+prefs = tables.read_many(sm.input.rounds, "preferences")
 tables.write(prefs, sm.output.preferences, "preferences")
 log.info("%d preference pairs", len(prefs))
 if len(prefs) == 0:

@@ -7,14 +7,14 @@ rule aggregate:
     input:
         state=previous_state,
         duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
-        responses=round_responses,
-        judgments=round_judgments,
+        responses=round_tables("responses"),
+        judgments=round_tables("judgments"),
     output:
         state="results/{exp}/iter_{t}/round_{r}/state.parquet",
         history="results/{exp}/iter_{t}/round_{r}/history.parquet",
         preferences="results/{exp}/iter_{t}/round_{r}/preferences.parquet",
     params:
-        reputation=config["reputation"],
+        **settings("reputation"),
     log:
         "results/{exp}/logs/iter_{t}/round_{r}/aggregate.log",
     localrule: True
@@ -27,7 +27,7 @@ rule aggregate:
 rule gather_preferences:
     """All preference pairs of an iteration: what every member trains on."""
     input:
-        iteration_preferences,
+        rounds=iteration_tables("preferences"),
     output:
         preferences="results/{exp}/iter_{t}/preferences.parquet",
     log:
@@ -36,13 +36,13 @@ rule gather_preferences:
     conda:
         "../envs/core.yaml"
     script:
-        "../workflow/scripts/concat_tables.py"
+        "../workflow/scripts/gather_preferences.py"
 
 
 rule finalize:
     """The whole reputation history and the final standings of the run."""
     input:
-        histories=all_histories,
+        histories=run_tables("history.parquet"),
         state=f"results/{EXP}/iter_{ITERATIONS[-1]}/round_{LAST_ROUND}/state.parquet",
     output:
         history="results/{exp}/reputation_history.parquet",

@@ -1,0 +1,21 @@
+# Development tasks. `make test` is the fast tier (pure logic and tiny models, under 3 minutes
+# on 2 cores); `make test-all` is the full suite that CI runs (the README's test command).
+PY ?= python
+
+.PHONY: test test-all lint format
+
+test:
+	$(PY) -m pytest -q -m "not slow"
+
+test-all:
+	$(PY) -m pytest -q
+
+lint:
+	ruff check .
+	ruff format --check .
+	snakemake --lint
+	snakemake --lint --configfile .test/config.yaml
+
+format:
+	ruff format .
+	ruff check --fix .

@@ -1,0 +1,41 @@
+# The inputs every experiment starts from: converted base models and the prompt splits.
+
+
+rule convert_gguf:
+    """Convert a GGUF shipped in a Python package once to a safetensors folder that every
+    experiment shares (later loads take seconds instead of a minute)."""
+    output:
+        config="results/_bases/{base}/config.json",
+    params:
+        spec=lambda wc: as_data(S.base_models[wc.base]),
+        folder=lambda wc: f"results/_bases/{wc.base}",
+    log:
+        "results/_bases/logs/convert_{base}.log",
+    benchmark:
+        "results/_bases/logs/convert_{base}.benchmark.tsv"
+    resources:
+        **stage_resources("convert"),
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow/scripts/convert_gguf.py"
+
+
+rule split_prompts:
+    """Split the prompt file with the seed into alignment, validation and test."""
+    input:
+        prompts=S.prompts.file,
+    output:
+        alignment="results/{exp}/data/alignment.parquet",
+        validation="results/{exp}/data/validation.parquet",
+        test="results/{exp}/data/test.parquet",
+    params:
+        prompts=S.prompts.split_keys(),
+        seed=S.seed,
+    log:
+        "results/{exp}/logs/split_prompts.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/split_prompts.py"

@@ -1,0 +1,65 @@
+"""Algorithm 1 of the paper, literally: duel by duel, match-making on live reputations.
+
+This is the reference the staged workflow (match a round, answer, judge, aggregate through
+Parquet) is tested against: with one duel per round both must give the same history and
+preference pairs (tests/test_sequential.py). It is test code, not a stage of the workflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from sparta.matchmaking import STREAM_OPPONENTS, MatchParams, duel_id, pick_opponent, plan_iteration, rng_for
+from sparta.reputation import (
+    PoolState,
+    ReputationParams,
+    begin_iteration,
+    frame,
+    preference,
+    settle_duel,
+    weighted_mean,
+)
+
+Respond = Callable[[str, str], str]
+"""respond(member, prompt) -> response"""
+Judge = Callable[[str, str, str], "float | None"]
+"""judge(judge_member, prompt, response) -> score in [1, 10], or None when unusable"""
+
+
+def run_sequential(
+    prompts: pd.DataFrame,
+    members: Sequence[str],
+    respond: Respond,
+    judge: Judge,
+    iterations: int,
+    prompts_per_iteration: int,
+    seed: int,
+    match: MatchParams,
+    params: ReputationParams,
+) -> tuple[pd.DataFrame, pd.DataFrame, PoolState]:
+    """Algorithm 1 with every duel its own round. Returns (history, preferences, final state)."""
+    state = PoolState.initial(members, params)
+    history, prefs = [], []
+    for t in range(1, iterations + 1):
+        begin_iteration(state, t, params)
+        plan = plan_iteration(prompts, members, prompts_per_iteration, prompts_per_iteration, seed, t)
+        for row in plan.itertuples(index=False):
+            state.round = int(row.round)
+            rng = rng_for(seed, t, state.round, STREAM_OPPONENTS)
+            ia = state.index[row.model_a]
+            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)]
+            ya, yb = respond(a, row.prompt), respond(b, row.prompt)
+            judges = [k for k in state.members if k not in (a, b)]
+            s_a, n_a = weighted_mean([(state.index[k], judge(k, row.prompt, ya)) for k in judges], state)
+            s_b, n_b = weighted_mean([(state.index[k], judge(k, row.prompt, yb)) for k in judges], state)
+            key = duel_id(t, int(row.position))
+            record, outcome = settle_duel(state, key, a, b, s_a, s_b, n_a, n_b, params)
+            history.append(record)
+            if outcome in ("a", "b"):
+                prefs.append(
+                    preference(state, key, row.prompt_id, row.prompt, a, b, ya, yb, s_a, s_b, outcome)
+                )
+    return frame(history, "history"), frame(prefs, "preferences"), state

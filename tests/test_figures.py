@@ -1,0 +1,103 @@
+"""The report's figures from small hand-made tables: right content, PNG output, and a clear
+empty panel when there is nothing to show."""
+
+import pandas as pd
+
+from sparta import figures, tables
+
+
+def _history():
+    rows = []
+    for i, (a, b, outcome) in enumerate(
+        [("x", "y", "a"), ("y", "z", "b"), ("z", "x", "tie"), ("x", "z", "a")]
+    ):
+        rows.append(
+            {
+                "iteration": 1 + i // 2,
+                "round": 0,
+                "duel_id": f"t0{1 + i // 2}-{i:05d}",
+                "model_a": a,
+                "model_b": b,
+                "score_a": 6.0,
+                "score_b": 5.0,
+                "n_judges_a": 1,
+                "n_judges_b": 1,
+                "reputation_a_before": 100.0 + i,
+                "reputation_a_after": 101.0 + i,
+                "deviation_a_before": 0.5,
+                "deviation_a_after": 0.4,
+                "reputation_b_before": 100.0 - i,
+                "reputation_b_after": 99.0 - i,
+                "deviation_b_before": 0.5,
+                "deviation_b_after": 0.6,
+                "kappa": 10.0,
+                "outcome": outcome,
+            }
+        )
+    return pd.DataFrame(rows, columns=tables.columns("history"))
+
+
+def test_win_matrix_counts_verdicts_only():
+    wins = figures.win_matrix(_history())
+    assert wins.loc["x", "y"] == 1 and wins.loc["z", "y"] == 1 and wins.loc["x", "z"] == 1
+    assert int(wins.to_numpy().sum()) == 3  # the tie is not a win
+
+
+def test_every_figure_writes_a_png(tmp_path):
+    history = _history()
+    judgments = pd.DataFrame(
+        {"duel_id": ["t01-00000"] * 2, "judge": ["z", "z"], "target": ["x", "y"], "score": [7.0, None]}
+    )
+    label = pd.DataFrame(
+        {
+            "scope": ["overall", "iteration", "iteration", "iteration x judge"],
+            "iteration": [None, 1, 2, 1],
+            "judge": [None, None, None, "z"],
+            "correct": [3, 2, 1, 1],
+            "wrong": [1, 0, 1, 0],
+            "informative": [4, 2, 2, 1],
+            "pairs": [5, 3, 2, 1],
+            "accuracy": [0.75, 1.0, 0.5, 1.0],
+            "accuracy_low": [0.3, 0.34, 0.09, 0.2],
+            "accuracy_high": [0.95, 1.0, 0.91, 1.0],
+        }
+    )
+    diversity = pd.DataFrame({"iteration": [1, 2], "edit": [0.5, 0.4], "one_minus_bleu": [0.9, 0.8]})
+    scores = pd.DataFrame(
+        {
+            "task": "arith",
+            "metric": "exact_match",
+            "checkpoint": [0, 1, 0, 1],
+            "member": ["x", "x", "y", "y"],
+            "split": "validation",
+            "score": [0.2, 0.3, 0.4, 0.1],
+            "n": 10,
+        }
+    )
+    made = {
+        "reputation": figures.reputation(history),
+        "wins": figures.wins(history),
+        "scores": figures.judge_scores(judgments),
+        "label": figures.label_accuracy(label),
+        "diversity": figures.diversity(diversity),
+        "evaluation": figures.evaluation(scores),
+    }
+    rep_axes = made["reputation"].axes[0]
+    assert {line.get_label() for line in rep_axes.get_lines()} >= {"x", "y", "z"}
+    for name, fig in made.items():
+        path = tmp_path / f"{name}.png"
+        figures.save(fig, path)
+        assert path.read_bytes()[:4] == b"\x89PNG", name
+
+
+def test_empty_inputs_say_why():
+    empty_history = tables.empty("history")
+    for fig, why in (
+        (figures.reputation(empty_history), "no duel"),
+        (figures.judge_scores(tables.empty("judgments")), "no usable judgment"),
+        (figures.label_accuracy(tables.empty("label_accuracy")), "no ground truth"),
+        (figures.diversity(tables.empty("diversity")), "no duel with two answers"),
+        (figures.evaluation(None), "evaluation is off"),
+    ):
+        texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+        assert any(why in t for t in texts), (why, texts)

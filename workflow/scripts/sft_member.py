@@ -1,0 +1,20 @@
+"""rule sft_member: an initial member made by a short LoRA SFT on its domain."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from sparta.logs import setup
+from sparta.members import MemberSpec
+from sparta.settings import job_settings
+from sparta.train import sft_member
+
+sm = snakemake  # noqa: F821
+log = setup(sm.log[0], sm.threads)
+job = job_settings(sm)
+name, base = sm.params.member["name"], sm.params.base
+out = Path(sm.output.member).parent
+data = pd.read_json(sm.input.sft, lines=True).head(job.sft.examples)
+summary = sft_member(name, base, data, out, job.sft, job.lora, job.runtime)
+log.info("SFT of %s on %s: %s", name, sm.params.member["sft_domain"], summary)
+MemberSpec(name, str(Path(base).resolve()), str(out / "adapter")).write(sm.output.member)

@@ -1,0 +1,205 @@
+"""The report's figures: one function per figure, tables in, a matplotlib Figure out.
+
+Each figure reads at a glance and says so when it has nothing to show (an empty panel with
+the reason) instead of failing. ``save`` writes a PNG and closes the figure.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 10}
+
+
+def save(fig, path) -> None:
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def empty(title: str, why: str):
+    """A figure that says why there is nothing to show."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6, 2.5))
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
+    return fig
+
+
+def _trajectory(history: pd.DataFrame, member: str):
+    """(duel step, reputation, deviation) of one member along the history, step 0 = start."""
+    steps, rep, dev = [], [], []
+    for i, h in enumerate(history.itertuples(index=False), start=1):
+        for side in ("a", "b"):
+            if getattr(h, f"model_{side}") != member:
+                continue
+            if not steps:
+                steps.append(0)
+                rep.append(getattr(h, f"reputation_{side}_before"))
+                dev.append(getattr(h, f"deviation_{side}_before"))
+            steps.append(i)
+            rep.append(getattr(h, f"reputation_{side}_after"))
+            dev.append(getattr(h, f"deviation_{side}_after"))
+    if steps:
+        steps.append(len(history))
+        rep.append(rep[-1])
+        dev.append(dev[-1])
+    return np.array(steps), np.array(rep, dtype=float), np.array(dev, dtype=float)
+
+
+def members_of(history: pd.DataFrame) -> list[str]:
+    return sorted(set(history["model_a"]) | set(history["model_b"]))
+
+
+def reputation(history: pd.DataFrame):
+    """Reputation trajectories with deviation bands (top) and the deviations (bottom)."""
+    if len(history) == 0:
+        return empty("Reputation", "no duel has been settled")
+    with plt.rc_context(STYLE):
+        fig, (ax, axd) = plt.subplots(
+            2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
+        )
+    lows, highs = [], []
+    for m in members_of(history):
+        s, r, d = _trajectory(history, m)
+        if not len(s):
+            continue
+        (line,) = ax.step(s, r, where="post", label=m, lw=1.8)
+        ax.fill_between(s, r - d, r + d, step="post", alpha=0.08, color=line.get_color())
+        axd.step(s, d, where="post", color=line.get_color(), lw=1.4)
+        lows.append(r.min())
+        highs.append(r.max())
+    span = max(max(highs) - min(lows), 1e-3)
+    ax.set_ylim(min(lows) - 0.25 * span, max(highs) + 0.25 * span)  # wider bands are clipped
+    for _, g in history.reset_index().groupby("iteration"):
+        for a in (ax, axd):
+            a.axvline(g["index"].max() + 1, color="grey", ls=":", lw=1)
+    ax.ticklabel_format(axis="y", useOffset=False)
+    ax.set_ylabel("reputation (band: +/- deviation)")
+    ax.set_title("Reputation of each member (dotted lines end an iteration)")
+    ax.legend(loc="best", fontsize=8)
+    axd.set_ylabel("deviation")
+    axd.set_xlabel("duel (play order)")
+    return fig
+
+
+def win_matrix(history: pd.DataFrame) -> pd.DataFrame:
+    """Wins of the row member over the column member, over duels with a verdict."""
+    members = members_of(history)
+    wins = pd.DataFrame(0, index=members, columns=members)
+    for h in history.itertuples(index=False):
+        if h.outcome == "a":
+            wins.loc[h.model_a, h.model_b] += 1
+        elif h.outcome == "b":
+            wins.loc[h.model_b, h.model_a] += 1
+    return wins
+
+
+def wins(history: pd.DataFrame):
+    if len(history) == 0:
+        return empty("Wins", "no duel has been settled")
+    table = win_matrix(history)
+    members = list(table.index)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(1.2 * len(members) + 2, 1.0 * len(members) + 1.5))
+    im = ax.imshow(table.to_numpy(), cmap="Blues")
+    ax.set_xticks(range(len(members)), members, rotation=30, ha="right")
+    ax.set_yticks(range(len(members)), members)
+    for i in range(len(members)):
+        for j in range(len(members)):
+            ax.text(j, i, int(table.iloc[i, j]), ha="center", va="center", color="black")
+    ax.set_xlabel("loser")
+    ax.set_ylabel("winner")
+    ax.set_title("Wins (row beat column)")
+    ax.grid(False)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    return fig
+
+
+def judge_scores(judgments: pd.DataFrame):
+    """Histogram of the scores each judge gave."""
+    usable = judgments.dropna(subset=["score"])
+    if len(usable) == 0:
+        return empty("Scores given by each judge", "no usable judgment")
+    judges = sorted(usable["judge"].unique())
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(judges), figsize=(3 * len(judges), 3), sharey=True, squeeze=False)
+    for ax, j in zip(axes[0], judges):
+        ax.hist(usable.loc[usable["judge"] == j, "score"], bins=np.arange(1, 10.5, 0.5), color="C0")
+        ax.set_title(f"judge {j}")
+        ax.set_xlabel("score (1-10)")
+    axes[0][0].set_ylabel("judgments")
+    fig.suptitle("Scores given by each judge", y=1.04)
+    return fig
+
+
+def label_accuracy(label: pd.DataFrame):
+    """Label accuracy of the collective (with its 95% interval) and of each judge, per iteration."""
+    title = "Do the judges prefer the right answer?"
+    it = label[label["scope"] == "iteration"] if len(label) else label
+    if len(it) == 0:
+        return empty("Label accuracy", "no ground truth, or no pair with exactly one right answer")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    x, y = it["iteration"].astype(int), it["accuracy"].astype(float)
+    err = np.vstack([y - it["accuracy_low"].astype(float), it["accuracy_high"].astype(float) - y])
+    ax.errorbar(x, y, yerr=err, fmt="o-", lw=2.5, color="black", capsize=4, label="collective (95% CI)")
+    for n, acc, c in zip(x, y, it["informative"]):
+        ax.annotate(f"n={c}", (n, acc), textcoords="offset points", xytext=(4, 6), fontsize=8)
+    for j, g in label[label["scope"] == "iteration x judge"].groupby("judge"):
+        ax.plot(g["iteration"].astype(int), g["accuracy"], ".--", alpha=0.7, label=f"judge {j}")
+    ax.axhline(0.5, color="grey", ls=":", label="chance")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xticks(sorted(x.unique()))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("label accuracy (informative pairs)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def diversity(div: pd.DataFrame):
+    """Mean distance between the two answers of a duel, per iteration."""
+    if len(div) == 0:
+        return empty("Response diversity", "no duel with two answers")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    names = (("edit", "edit distance"), ("one_minus_bleu", "1 - BLEU"), ("embedding", "embedding distance"))
+    for col, name in names:
+        if col in div and div[col].notna().any():
+            ax.plot(div["iteration"], div[col], "o-", label=name)
+    ax.set_xticks(sorted(div["iteration"].unique()))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("mean distance between the two answers of a duel")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Response diversity")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def evaluation(scores: pd.DataFrame | None):
+    """Validation score of every member at every checkpoint, one panel per task."""
+    if scores is None:
+        return empty("Evaluation", "evaluation is off (evaluation.enabled: false)")
+    val = scores[scores["split"] == "validation"]
+    tasks = sorted(val["task"].unique())
+    if not tasks:
+        return empty("Evaluation", "no validation scores")
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for m, g in val[val["task"] == task].groupby("member"):
+            g = g.sort_values("checkpoint")
+            ax.plot(g["checkpoint"], g["score"], "o-", label=m)
+        metric = val.loc[val["task"] == task, "metric"].iloc[0]
+        ax.set_xticks(sorted(val["checkpoint"].unique()))
+        ax.set_xlabel("checkpoint (0 = initial pool)")
+        ax.set_ylabel(f"validation {metric}")
+        ax.set_title(task)
+        ax.legend(fontsize=8)
+    return fig
