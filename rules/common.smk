@@ -1,6 +1,9 @@
 # Validation, settings, wildcard constraints and input functions; no rules.
+import fcntl
 import os
 import re
+import shutil
+import sys
 
 from snakemake.utils import validate
 
@@ -12,6 +15,31 @@ validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=Fa
 # the typed settings of the run (sparta/settings.py holds every default), checked against the
 # world before any job starts; paths are relative to the working directory, as in jobs
 S = sparta_config.load(config, ".")
+
+
+
+def clear_stale_locks():
+    """Make `kill -9` then the same command a complete recovery: a snakemake process that dies
+    hard leaves its directory locked. The main process holds a kernel lock on
+    .snakemake/main.flock for its whole life (released by the kernel on any death); getting it
+    proves no live snakemake works here, so leftover locks are stale and removed. Jobs that
+    snakemake spawns never touch the locks."""
+    if not workflow.is_main_process:
+        return
+    os.makedirs(".snakemake", exist_ok=True)
+    fd = os.open(".snakemake/main.flock", os.O_RDWR | os.O_CREAT, 0o664)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)  # a live snakemake runs here: its locks are real
+        return
+    os.set_inheritable(fd, False)
+    if os.path.isdir(".snakemake/locks") and os.listdir(".snakemake/locks"):
+        shutil.rmtree(".snakemake/locks")
+        print("sparta: removed the locks of a snakemake that died (no live process held them)", file=sys.stderr)
+
+
+clear_stale_locks()
 
 EXP = S.experiment
 MEMBERS = S.member_names
@@ -125,17 +153,43 @@ def optional_evaluation(wildcards):
 REPORT_FIGURES = ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation")
 
 
+ANALYSIS_TABLES = ("diversity", "lengths", "label_accuracy", "judge_label_accuracy", "reputation_vs_performance",
+                   "standings")
+
+
+def member_files(t, member):
+    """What a member checkpoint is on disk: member.json and, when sparta trained it, its adapter."""
+    folder = f"results/{EXP}/iter_{t}/members/{member}"
+    trained = t > 0 or MEMBER_SPECS[member].sft_domain
+    adapter = [f"{folder}/adapter/adapter_config.json", f"{folder}/adapter/adapter_model.safetensors"]
+    return [f"{folder}/member.json", *(adapter if trained else [])]
+
+
 def final_outputs():
-    evaluation = [f"results/{EXP}/evaluation/selection.tsv"] if S.evaluation.enabled else []
-    figures = [f"results/{EXP}/report/{name}.png" for name in REPORT_FIGURES]
+    """Every artifact the README promises, so a rerun rebuilds exactly what is missing: the
+    tables of every round, the preferences of every iteration, every member checkpoint (with
+    its weights), the evaluation and analysis tables, the figures."""
+    evaluation = []
+    if S.evaluation.enabled:
+        evaluation = [f"results/{EXP}/evaluation/{name}" for name in ("selection.tsv", "selection.parquet", "scores.parquet")]
+        evaluation += all_evaluations(None)
+    analysis = []
+    if S.analysis.enabled:
+        analysis = [f"results/{EXP}/report/{name}.png" for name in REPORT_FIGURES]
+        analysis += [f"results/{EXP}/analysis/{name}.parquet" for name in ANALYSIS_TABLES]
+    tables = ("duels.parquet", "state.parquet", "history.parquet", "preferences.parquet",
+              "responses/{member}.parquet", "judgments/{member}.parquet")
     return [
         *evaluation,
-        *(figures if S.analysis.enabled else []),
+        *analysis,
         f"results/{EXP}/settings.yaml",
         f"results/{EXP}/reputation_history.parquet",
         f"results/{EXP}/final_state.parquet",
+        f"results/{EXP}/iter_0/state.parquet",
+        *[f"results/{EXP}/data/{split}.parquet" for split in ("alignment", "validation", "test")],
+        *[path for name in tables for path in run_tables(name)],
         *[f"results/{EXP}/iter_{t}/preferences.parquet" for t in ITERATIONS],
-        *[f"results/{EXP}/iter_{S.iterations}/members/{m}/member.json" for m in MEMBERS],
+        *[path for t in [0, *ITERATIONS] for m in MEMBERS for path in member_files(t, m)],
     ]
 
 
@@ -189,3 +243,9 @@ def stage_resources(stage):
         if os.environ.get(var):
             res[key] = os.environ[var]
     return res
+
+
+onstart:
+    # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
+    if workflow.local_exec:
+        sparta_config.check_local_device(S)

@@ -12,6 +12,7 @@ rule matchmake:
     params:
         members=MEMBERS,
         per_iteration=S.prompts.per_iteration,
+        schedule=S.prompts.schedule,
         seed=S.seed,
         **settings("matchmaking"),
     log:

@@ -9,6 +9,8 @@ rule sft_member:
         sft=sft_data,
     output:
         member="results/{exp}/iter_0/members/{member}/member.json",
+        adapter_config="results/{exp}/iter_0/members/{member}/adapter/adapter_config.json",
+        adapter="results/{exp}/iter_0/members/{member}/adapter/adapter_model.safetensors",
     wildcard_constraints:
         member=alternatives(SFT_MEMBERS),
     params:
@@ -36,6 +38,8 @@ rule dpo:
         member=member_json,
     output:
         member="results/{exp}/iter_{t}/members/{member}/member.json",
+        adapter_config="results/{exp}/iter_{t}/members/{member}/adapter/adapter_config.json",
+        adapter="results/{exp}/iter_{t}/members/{member}/adapter/adapter_model.safetensors",
     wildcard_constraints:
         t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:

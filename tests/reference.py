@@ -50,13 +50,18 @@ def run_sequential(
             state.round = int(row.round)
             rng = rng_for(seed, t, state.round, STREAM_OPPONENTS)
             ia = state.index[row.model_a]
-            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)]
+            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)[0]]
             ya, yb = respond(a, row.prompt), respond(b, row.prompt)
             judges = [k for k in state.members if k not in (a, b)]
-            s_a, n_a = weighted_mean([(state.index[k], judge(k, row.prompt, ya)) for k in judges], state)
-            s_b, n_b = weighted_mean([(state.index[k], judge(k, row.prompt, yb)) for k in judges], state)
+            # a judge counts only if both of its scores are usable; weights as the params say
+            scores = [(state.index[k], judge(k, row.prompt, ya), judge(k, row.prompt, yb)) for k in judges]
+            both = [(j, x, y) for j, x, y in scores if x is not None and y is not None]
+            dropped = sum((x is None) != (y is None) for _, x, y in scores)
+            judge_weights = params.downweight_target == "judge"
+            s_a, n = weighted_mean([(j, x) for j, x, _ in both], state, judge_weights)
+            s_b, _ = weighted_mean([(j, y) for j, _, y in both], state, judge_weights)
             key = duel_id(t, int(row.position))
-            record, outcome = settle_duel(state, key, a, b, s_a, s_b, n_a, n_b, params)
+            record, outcome = settle_duel(state, key, a, b, s_a, s_b, n, dropped, params)
             history.append(record)
             if outcome in ("a", "b"):
                 prefs.append(

@@ -18,7 +18,7 @@ def test_default_config_validates_and_gets_defaults():
     s = Settings.from_config(config)
     assert s.dpo.beta == 0.1 and s.judge.mode == "expected"
     assert s.matchmaking.alpha == 0.6 and s.matchmaking.rounds_per_iteration == 1
-    assert s.reputation == ReputationParams()  # the authors' preset
+    assert s.reputation == ReputationParams()  # the default preset, sparta
 
 
 def test_vllm_backend_needs_gpus_for_its_shards():

@@ -149,6 +149,6 @@ def test_pick_opponent_randomness_does_not_depend_on_branch():
     branch never shifts the next duel's draws."""
     reps = np.array([100.0, 100, 100, 100])
     r1, r2 = rng_for(0, 1, 0, 2), rng_for(0, 1, 0, 2)
-    pick_opponent(0, reps, MatchParams(alpha=0.0), r1)
-    pick_opponent(0, reps, MatchParams(alpha=1.0), r2)
+    assert pick_opponent(0, reps, MatchParams(alpha=0.0), r1)[1] == "top_k"
+    assert pick_opponent(0, reps, MatchParams(alpha=1.0), r2)[1] == "uniform"
     assert r1.random() == r2.random()

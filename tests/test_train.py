@@ -94,7 +94,9 @@ def test_dpo_without_pairs_keeps_member_unchanged(sft_adapter, tmp_path, caplog)
     fresh = dpo_member(
         MemberSpec("cid", str(base)), empty, tmp_path / "fresh", DPOSettings(), LoraSettings(), CPU, 0
     )
-    assert fresh["adapter"] is None
+    weights = load_file(tmp_path / "fresh" / "adapter" / "adapter_model.safetensors")
+    lora_b = [v for k, v in weights.items() if "lora_B" in k]
+    assert fresh["steps"] == 0 and lora_b and all(v.abs().sum() == 0 for v in lora_b)  # the base itself
 
 
 def test_fresh_member_gets_a_lora_from_dpo(sft_adapter, tmp_path):

@@ -1,7 +1,9 @@
 """The whole workflow on tiny random models: outputs, determinism, resumption, bad input,
 unparseable judges. Each run is a real `snakemake` process over the real rules."""
 
+import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -14,33 +16,41 @@ from .workflow_helpers import read_all, run_snakemake, snakemake_cmd, tiny_confi
 
 pytestmark = pytest.mark.slow
 EXP = "results/tiny"
+ROUND_TABLES = [
+    f"{EXP}/iter_*/round_*/{name}.parquet"
+    for name in ("duels", "responses/*", "judgments/*", "history", "state", "preferences")
+] + [f"{EXP}/iter_*/preferences.parquet", f"{EXP}/reputation_history.parquet", f"{EXP}/final_state.parquet"]
 
 
 @pytest.fixture(scope="module")
 def run_b(tmp_path_factory, tiny_base):
-    """The same experiment with fanout pool (one job per round serves every member),
-    interrupted (SIGTERM, as Ctrl-C or a scheduler would) during iteration 1 once judging
-    finished, then resumed with the same command. Its tables must equal run_a's: neither
-    the fan-out nor the interruption may change a result."""
+    """The same experiment with fanout pool (one job per round serves every member), killed
+    hard (kill -9 of the whole snakemake process group, as a node failure would) in the middle
+    of iteration 1's judging, then recovered with the same command. Its tables must equal
+    run_a's byte for byte: neither the fan-out nor the kill may change a result."""
     root = tmp_path_factory.mktemp("run_b")
     cfg = write_config(root, tiny_config(tiny_base, fanout="pool"))
     work = root / "work"
     log = open(root / "first.log", "w")
-    proc = subprocess.Popen(snakemake_cmd(work, cfg), stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        snakemake_cmd(work, cfg), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.time() + 900
-    judged = work / EXP / "iter_1" / "round_0" / "judgments"
+    judging = work / EXP / "logs" / "iter_1" / "round_0" / "judge_pool.log"
     while time.time() < deadline and proc.poll() is None:
-        if judged.is_dir() and any(judged.glob("*.parquet")):
+        if judging.is_file():
             break
-        time.sleep(0.5)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
-    proc.send_signal(signal.SIGTERM)
-    first_rc = proc.wait(timeout=300)
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    time.sleep(1.0)  # the judge job is loading or judging
+    os.killpg(proc.pid, signal.SIGKILL)
+    first_rc = proc.wait(timeout=60)
     log.close()
+    assert not (work / EXP / "iter_1" / "round_0" / "history.parquet").exists(), "killed too late"
     finished = {
         p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.suffix in (".parquet", ".json")
     }
-    second = run_snakemake(work, cfg)
+    second = run_snakemake(work, cfg)  # the recovery: the same command
     return work, first_rc, finished, second
 
 
@@ -66,6 +76,10 @@ def test_outputs_of_a_whole_run(run_a):
     assert (prefs["chosen_score"] > prefs["rejected_score"]).all()
     kept = history[history["outcome"].isin(["a", "b"])]
     assert sorted(kept["duel_id"]) == sorted(prefs["duel_id"])
+    umask = os.umask(0)
+    os.umask(umask)
+    for table in ("final_state.parquet", "iter_1/round_0/duels.parquet", "evaluation/scores.parquet"):
+        assert (work / EXP / table).stat().st_mode & 0o777 == 0o666 & ~umask, table  # not 0600
     for name in (
         "logs/iter_1/round_0/aggregate.log",
         "benchmarks/iter_1/round_0/combat_ann.tsv",
@@ -115,18 +129,23 @@ def test_same_seed_gives_identical_tables_with_either_fanout(run_a, run_b):
     assert (a / EXP / "logs/iter_1/round_0/combat_ann.log").is_file()
 
 
-def test_resume_after_interruption_reruns_nothing_finished(run_a, run_b):
+def test_recovery_after_kill_9_reruns_nothing_finished(run_a, run_b):
     work, first_rc, finished, second = run_b
-    assert first_rc != 0
+    assert first_rc == -signal.SIGKILL
+    assert "removed the locks of a snakemake that died" in second.stderr
     done = [p.relative_to(work).as_posix() for p in finished]
     assert any("iter_0/members" in p for p in done) and any("iter_1/round_0/duels" in p for p in done)
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"{path} was rewritten on resume"
     assert (work / EXP / "final_state.parquet").is_file()
-    pd.testing.assert_frame_equal(
-        _tables(run_a[0], f"{EXP}/iter_*/preferences.parquet"),
-        _tables(work, f"{EXP}/iter_*/preferences.parquet"),
-    )
+    for pattern in ROUND_TABLES:
+        files = sorted(run_a[0].glob(pattern))
+        assert files, pattern
+        for a in files:
+            b = work / a.relative_to(run_a[0])
+            assert a.read_bytes() == b.read_bytes(), (
+                f"{b.relative_to(work)} differs from the uninterrupted run"
+            )
 
 
 def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_base):
@@ -215,6 +234,56 @@ def test_editing_a_setting_reruns_only_what_it_can_change(run_a, tiny_base, tmp_
     assert ("combat", "1") in tokens and ("matchmake", "1") not in tokens
     same = _planned_jobs(work, write_config(tmp_path / "same", tiny_config(tiny_base)))
     assert same == set(), sorted(same)
+
+
+def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tmp_path, capsys):
+    """A judgments table without its score column makes iteration 2's aggregation fail; its
+    log ends with the file to fix, and snakemake removes that job's outputs. Once the bad
+    file is deleted (and a finished member's weights too), the same command rebuilds exactly
+    what is missing: every table and adapter equals the undamaged run's, byte for byte."""
+    from sparta.cli import main
+
+    work = tmp_path / "work"
+    shutil.copytree(run_a[0], work, symlinks=True)
+    cfg = run_a[0].parent / "config.yaml"
+    rnd = work / EXP / "iter_2" / "round_0"
+    bad = rnd / "judgments" / "ann.parquet"
+    pd.read_parquet(bad).drop(columns="score").to_parquet(bad)
+    proc = run_snakemake(work, cfg, check=False)
+    assert proc.returncode != 0
+    log = [
+        line for line in (work / EXP / "logs/iter_2/round_0/aggregate.log").read_text().splitlines() if line
+    ]
+    assert "judgments/ann.parquet is not a judgments table: missing column(s) ['score']" in log[-1], log[-3:]
+    assert "Traceback" in "\n".join(log)
+    assert not (rnd / "state.parquet").exists()  # the failed job's outputs are gone
+    assert main(["standings", str(work / EXP)]) == 0
+    assert "iter_2/round_0 has no state.parquet" in capsys.readouterr().err
+
+    bad.unlink()
+    weights = work / EXP / "iter_1/members/bob/adapter/adapter_model.safetensors"
+    weights.unlink()
+    run_snakemake(work, cfg)
+    for pattern in [*ROUND_TABLES, f"{EXP}/iter_*/members/*/adapter/adapter_model.safetensors"]:
+        for a in sorted(run_a[0].glob(pattern)):
+            b = work / a.relative_to(run_a[0])
+            assert b.is_file() and a.read_bytes() == b.read_bytes(), (
+                f"{b.relative_to(work)} was not rebuilt exactly"
+            )
+
+
+def test_cli_names_a_damaged_table_in_one_line(run_a, tmp_path, capsys):
+    from sparta.cli import main
+
+    run = tmp_path / "tiny"
+    shutil.copytree(run_a[0] / EXP, run)
+    (run / "iter_1" / "preferences.parquet").write_bytes(b"")
+    (run / "iter_1" / "round_0" / "duels.parquet").write_bytes(b"not parquet")
+    for argv in (["pairs", str(run / "iter_1")], ["show", "t01-00000", "--run", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert ".parquet is not a readable Parquet" in err and "rerun snakemake" in err, err
 
 
 def test_cli_on_a_finished_run(run_a, capsys):

@@ -107,13 +107,17 @@ def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
 
 
 def fake_model_folder(folder: Path, adapter: bool = False) -> None:
-    """A stand-in model (config.json) or adapter (adapter_config.json) folder: enough for the
+    """A stand-in model or adapter folder (a config and an empty weights file): enough for the
     config checks and a dry run, never loaded."""
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
-    name = "adapter_config.json" if adapter else "config.json"
-    (folder / name).write_text(json.dumps({"r": 16} if adapter else {"model_type": "qwen2"}))
+    if adapter:
+        (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 16}))
+        (folder / "adapter_model.safetensors").write_bytes(b"")
+    else:
+        (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+        (folder / "model.safetensors").write_bytes(b"")
 
 
 def paper_workspace(work: Path, config_path: Path) -> Path:

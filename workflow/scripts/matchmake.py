@@ -13,8 +13,9 @@ mm, seed = job.matchmaking, sm.params.seed
 t, r = int(sm.wildcards.t), int(sm.wildcards.r)
 state = PoolState.from_frame(tables.read(sm.input.state, "state"))
 prompts = tables.read(sm.input.prompts, "prompts")
-plan = plan_iteration(prompts, sm.params.members, sm.params.per_iteration, mm.rounds_per_iteration, seed, t)
-duels = match_round(plan, sm.params.members, state.reputations(), mm, seed, r)
+members, n = sm.params.members, sm.params.per_iteration
+plan = plan_iteration(prompts, members, n, mm.rounds_per_iteration, seed, t, sm.params.schedule)
+duels = match_round(plan, members, state.reputations(), mm, seed, r)
 tables.write(duels, sm.output.duels, "duels")
 pairs = duels.groupby(["model_a", "model_b"]).size().to_dict()
 log.info("iteration %d round %d: %d duels; pairs %s", t, r, len(duels), pairs)

@@ -102,6 +102,14 @@ def _run_dir(path: str) -> Path:
 
 def cmd_standings(args) -> pd.DataFrame:
     folder = _run_dir(args.run)
+    for rnd in sorted(folder.glob("iter_*/round_*")):
+        if not (rnd / "state.parquet").exists():
+            where = rnd.relative_to(folder)
+            print(
+                f"sparta standings: {where} has no state.parquet yet "
+                "(in progress, or damaged: rerun snakemake)",
+                file=sys.stderr,
+            )
     frames = [
         tables.read(p, "state")
         for p in [folder / "iter_0/state.parquet", *sorted(folder.glob("iter_*/round_*/state.parquet"))]

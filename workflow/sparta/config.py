@@ -9,10 +9,14 @@ message names the config key or file to fix.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
-from .data import PromptFileError, read_prompt_file
+from .data import PromptFileError, read_prompt_file, read_table_file, split_sizes
 from .settings import Settings, SettingsError, TaskSpec
+
+WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 class ConfigError(ValueError):
@@ -63,10 +67,7 @@ def check(settings: Settings, root: str | Path = ".") -> None:
         if spec.path is not None and gguf:
             problems.append(f"base_models.{name}: give either path or gguf_package + gguf_file")
         elif spec.path is not None:
-            if not (root / spec.path / "config.json").is_file():
-                problems.append(
-                    f"base_models.{name}.path: {spec.path} is not a model folder (no config.json)"
-                )
+            problems.extend(_check_model_folder(root / spec.path, f"base_models.{name}.path"))
         elif spec.gguf_package and spec.gguf_file:
             try:
                 gguf_path(spec.gguf_package, spec.gguf_file)
@@ -76,32 +77,94 @@ def check(settings: Settings, root: str | Path = ".") -> None:
             problems.append(f"base_models.{name}: give path, or gguf_package and gguf_file")
     for i, m in enumerate(members):
         where = f"members[{i}] ({m.name})"
-        if m.base not in settings.base_models and not (root / m.base / "config.json").is_file():
-            problems.append(
-                f"{where}.base: {m.base!r} is neither a key of base_models nor a model folder "
-                "with config.json"
-            )
+        if m.base not in settings.base_models:
+            if (root / m.base / "config.json").is_file():
+                problems.extend(_check_model_folder(root / m.base, f"{where}.base"))
+            else:
+                problems.append(
+                    f"{where}.base: {m.base!r} is neither a key of base_models nor a model folder "
+                    "with config.json"
+                )
         if m.adapter and m.sft_domain:
             problems.append(f"{where}: give adapter or sft_domain, not both")
-        if m.adapter and not (root / m.adapter / "adapter_config.json").is_file():
-            problems.append(
-                f"{where}.adapter: {m.adapter} is not a PEFT adapter folder (no adapter_config.json)"
-            )
+        if m.adapter:
+            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter"))
         if m.sft_domain:
-            data = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
-            if not data.is_file():
-                problems.append(f"{where}.sft_domain: no SFT data file {data}")
-    p = settings.prompts
-    try:
-        read_prompt_file(root / p.file, p.prompt_column, p.answer_column, p.id_column)
-    except PromptFileError as e:
-        problems.append(str(e))
+            problems.extend(_check_sft_data(root / settings.sft.data_dir / f"{m.sft_domain}.jsonl", where))
+    problems.extend(_check_prompts(settings, root))
     if settings.evaluation.enabled:
         for task in settings.evaluation.tasks:
             problems.extend(_check_task(task, settings, root))
+        judge = settings.evaluation.judge
+        if judge is not None:
+            problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base"))
+            if judge.adapter:
+                problems.extend(_check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter"))
     problems.extend(_check_backend(settings))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_model_folder(folder: Path, key: str) -> list[str]:
+    """A Hugging Face model folder: config.json and weights."""
+    if not (folder / "config.json").is_file():
+        return [f"{key}: {folder} is not a model folder (no config.json)"]
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHTS):
+        return [f"{key}: {folder} has a config.json but no weights (*.safetensors or pytorch_model*.bin)"]
+    return []
+
+
+def _check_adapter_folder(folder: Path, key: str) -> list[str]:
+    """A PEFT adapter folder: a LoRA adapter_config.json and the adapter's weights."""
+    config = folder / "adapter_config.json"
+    if not config.is_file():
+        return [f"{key}: {folder} is not a PEFT adapter folder (no adapter_config.json)"]
+    try:
+        data = json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return [f"{key}: {config} is not valid JSON ({e})"]
+    kind = data.get("peft_type") if isinstance(data, dict) else None
+    if kind != "LORA":
+        return [
+            f"{key}: {config} is not a PEFT LoRA config (peft_type {kind!r}; sparta serves LoRA adapters)"
+        ]
+    if not any((folder / w).is_file() for w in ADAPTER_WEIGHTS):
+        return [f"{key}: {folder} has no adapter weights (adapter_model.safetensors)"]
+    return []
+
+
+def _check_sft_data(path: Path, where: str) -> list[str]:
+    if not path.is_file():
+        return [f"{where}.sft_domain: no SFT data file {path}"]
+    try:
+        data = read_table_file(path, "SFT data file", "sft.data_dir")
+    except PromptFileError as e:
+        return [str(e)]
+    if len(data) == 0 or not {"prompt", "response"} <= set(data.columns):
+        return [f"{where}.sft_domain: {path} needs rows with prompt and response columns"]
+    if data[["prompt", "response"]].isna().any().any():
+        return [f"{where}.sft_domain: {path} has empty (null) prompts or responses"]
+    return []
+
+
+def _check_prompts(settings: Settings, root: Path) -> list[str]:
+    p = settings.prompts
+    try:
+        prompts = read_prompt_file(root / p.file, p.prompt_column, p.answer_column, p.id_column)
+    except PromptFileError as e:
+        return [str(e)]
+    n_align, n_val, n_test = split_sizes(len(prompts), p.validation, p.test)
+    if n_align < 1:
+        return [
+            f"prompts.validation + prompts.test ({p.validation} + {p.test}) leave none of the "
+            f"{len(prompts)} prompts for alignment: lower them"
+        ]
+    if p.per_iteration > n_align:
+        return [
+            f"prompts.per_iteration ({p.per_iteration}) is larger than the alignment split ({n_align} "
+            f"of {len(prompts)} prompts after {n_val} validation and {n_test} test): lower it or add prompts"
+        ]
+    return []
 
 
 def _check_backend(settings: Settings) -> list[str]:
@@ -121,10 +184,25 @@ def _check_backend(settings: Settings) -> list[str]:
     return problems
 
 
+def check_local_device(settings: Settings) -> None:
+    """Before a run whose jobs run on this machine: device cuda needs a CUDA GPU here."""
+    if settings.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "device: cuda, but this machine has no CUDA GPU for its local jobs: set device: auto "
+            "(or cpu), or run on a GPU node / through a cluster executor (--profile slurm)"
+        )
+
+
 def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:
     from .tasks import TaskError, load_task
 
     name = f"evaluation.tasks ({task.name})"
+    if task.metric == "judge_score" and settings.evaluation.judge is None:
+        return [f"{name}: metric judge_score needs evaluation.judge (a judge model folder)"]
     if task.source == "prompts":
         if task.metric in ("exact_match", "multiple_choice") and not settings.prompts.answer_column:
             return [f"{name}: metric {task.metric} on source prompts needs prompts.answer_column"]
@@ -133,8 +211,6 @@ def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:
         return []
     if not task.file:
         return [f"{name}: give file (or source: prompts)"]
-    if task.metric == "judge_score" and settings.evaluation.judge is None:
-        return [f"{name}: metric judge_score needs evaluation.judge"]
     try:
         load_task(task, {}, 0, root)
     except TaskError as e:

@@ -60,27 +60,40 @@ def read_prompt_file(
             raise PromptFileError(
                 f"prompt file {path} has no column {col!r} ({key}); columns are {list(df.columns)}"
             )
+    for col in (prompt_column, id_column):
+        if col is not None and df[col].isna().any():
+            rows = [int(i) + 1 for i in df.index[df[col].isna()][:5]]
+            raise PromptFileError(f"prompt file {path}: column {col!r} is empty (null) in row(s) {rows}")
     prompts = df[prompt_column].astype(str)
     if (prompts.str.strip() == "").any():
         raise PromptFileError(f"prompt file {path}: column {prompt_column!r} has empty prompts")
     ids = df[id_column].astype(str) if id_column else pd.Series([f"q{i:06d}" for i in range(len(df))])
     if ids.duplicated().any():
         raise PromptFileError(f"prompt file {path}: ids in column {id_column!r} repeat")
+    answers = None
+    if answer_column:  # an answer may be missing (null): that example has no ground truth
+        answers = [None if pd.isna(a) else str(a) for a in df[answer_column]]
     return pd.DataFrame(
         {
             "prompt_id": ids.to_numpy(),
             "prompt": prompts.to_numpy(),
-            "answer": df[answer_column].astype(str).to_numpy() if answer_column else None,
+            "answer": answers,
             "domain": df["domain"].astype(str).to_numpy() if "domain" in df.columns else "default",
         }
     )
+
+
+def split_sizes(n: int, validation: float, test: float) -> tuple[int, int, int]:
+    """Prompts in (alignment, validation, test) of n prompts split with these shares."""
+    n_val, n_test = int(round(n * validation)), int(round(n * test))
+    return n - n_val - n_test, n_val, n_test
 
 
 def split(prompts: pd.DataFrame, validation: float, test: float, seed: int) -> dict[str, pd.DataFrame]:
     """Shuffle with a fixed seed, then cut into alignment / validation / test."""
     shuffled = prompts.sample(frac=1.0, random_state=seed).reset_index(drop=True)
     n = len(shuffled)
-    n_val, n_test = int(round(n * validation)), int(round(n * test))
+    _, n_val, n_test = split_sizes(n, validation, test)
     if n - n_val - n_test < 1:
         raise PromptFileError(f"only {n} prompts: nothing left for alignment after the splits")
     return {

@@ -80,11 +80,21 @@ def rng_for(seed: int, iteration: int, round_: int, stream: int) -> np.random.Ge
     return np.random.default_rng(np.random.SeedSequence([seed, iteration, round_, stream]))
 
 
-def draw_prompts(prompts: pd.DataFrame, n: int, seed: int, iteration: int) -> pd.DataFrame:
-    """The prompts of one iteration: n drawn without replacement (all, shuffled, if n >= len)."""
+SCHEDULES = ("fixed", "resample")
+
+
+def draw_prompts(
+    prompts: pd.DataFrame, n: int, seed: int, iteration: int, schedule: str = "fixed"
+) -> pd.DataFrame:
+    """The prompts of one iteration: n drawn without replacement (all, shuffled, if n >= len).
+
+    ``fixed`` (Algorithm 1, the authors' code): the same prompts, in the same order, every
+    iteration. ``resample``: a new draw every iteration."""
     if len(prompts) == 0:
         raise PoolError("the prompt table is empty")
-    rng = rng_for(seed, iteration, 0, _STREAM_PROMPTS)
+    if schedule not in SCHEDULES:
+        raise PoolError(f"prompts.schedule must be one of {SCHEDULES}, got {schedule!r}")
+    rng = rng_for(seed, iteration if schedule == "resample" else 0, 0, _STREAM_PROMPTS)
     order = rng.permutation(len(prompts))[: min(n, len(prompts))]
     return prompts.iloc[order].reset_index(drop=True)
 
@@ -110,11 +120,12 @@ def plan_iteration(
     rounds: int,
     seed: int,
     iteration: int,
+    schedule: str = "fixed",
 ) -> pd.DataFrame:
     """Prompts, round and first combatant of every duel of an iteration (opponents come later,
     per round, from the reputations at the start of that round)."""
     members = check_pool(members)
-    drawn = draw_prompts(prompts, n_prompts, seed, iteration)
+    drawn = draw_prompts(prompts, n_prompts, seed, iteration, schedule)
     firsts = first_combatants(len(drawn), len(members), rng_for(seed, iteration, 0, _STREAM_FIRSTS))
     sizes = round_sizes(len(drawn), rounds)
     plan = drawn.copy()
@@ -125,8 +136,12 @@ def plan_iteration(
     return plan
 
 
-def pick_opponent(first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator) -> int:
-    """Index of the opponent of member ``first`` (never ``first`` itself).
+def pick_opponent(
+    first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator
+) -> tuple[int, str, list[int]]:
+    """The opponent of member ``first`` (never ``first`` itself): (index, branch, candidates),
+    branch ``uniform`` (probability alpha) or ``top_k``, candidates the indices it was drawn
+    from uniformly.
 
     It consumes the same randomness whatever the branch (m + 1 uniforms), so one duel's
     branch never shifts the draws of the duels after it.
@@ -135,14 +150,15 @@ def pick_opponent(first: int, reputations: np.ndarray, params: MatchParams, rng:
     others = np.array([j for j in range(m) if j != first])
     u, pick = rng.random(2)
     tiebreak = rng.random(len(others))
-    if u < params.effective_alpha:
+    branch = "uniform" if u < params.effective_alpha else "top_k"
+    if branch == "uniform":
         pool = others
     else:
         k = min(int(params.top_k), len(others))
         distance = np.abs(reputations[others] - reputations[first])
         # ties in distance are broken at random, so equal reputations favour nobody
         pool = others[np.lexsort((tiebreak, distance))[:k]]
-    return int(pool[int(pick * len(pool))])
+    return int(pool[int(pick * len(pool))]), branch, sorted(int(j) for j in pool)
 
 
 def match_round(
@@ -166,7 +182,7 @@ def match_round(
         return tables.empty("duels")
     iteration = int(rows["iteration"].iloc[0])
     rng = rng_for(seed, iteration, round_, STREAM_OPPONENTS)
-    opponents = [members[pick_opponent(index[a], rep, params, rng)] for a in rows["model_a"]]
+    picks = [pick_opponent(index[a], rep, params, rng) for a in rows["model_a"]]
     return pd.DataFrame(
         {
             "iteration": rows["iteration"].astype("int32").to_numpy(),
@@ -176,7 +192,9 @@ def match_round(
             "prompt": rows["prompt"].astype(str).to_numpy(),
             "answer": rows["answer"].to_numpy() if "answer" in rows else None,
             "model_a": rows["model_a"].to_numpy(),
-            "model_b": opponents,
+            "model_b": [members[j] for j, _, _ in picks],
+            "opponent_branch": [branch for _, branch, _ in picks],
+            "opponent_candidates": [[members[c] for c in pool] for _, _, pool in picks],
         }
     )
 

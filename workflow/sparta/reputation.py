@@ -41,7 +41,10 @@ class AggregationError(ValueError):
 
 @dataclass(frozen=True)
 class ReputationParams:
-    """Constants of the reputation system. Defaults: the authors' code (see README table)."""
+    """Constants and choices of the reputation system. Defaults (preset ``sparta``): the
+    authors' code's constants where the paper gives none, the paper's algorithm where it is
+    explicit (down-weighting of judges from iteration 2, both combatants updated from their
+    pre-duel values). Preset ``authors`` is their code throughout, ``paper`` its text."""
 
     kappa_start: float = 10.0
     """K_0: kappa at the start of an iteration (paper: kappa = 1)."""
@@ -57,7 +60,10 @@ class ReputationParams:
     eps: float = 0.01
     """Lower bound of |Phi(z_i) - Phi(z_i')|."""
     window: int = 10
-    """N: the deviation is the std of a member's last N reputation changes."""
+    """N: the deviation is the std of a member's last N reputation changes (per duel)."""
+    window_scope: str = "run"
+    """run: the window of recent changes carries across iterations; iteration: it starts empty
+    every iteration and only the deviation carries over (authors' code)."""
     sigma_min: float = 0.1
     ddof: int = 0
     """Delta degrees of freedom of that std: 0 in the authors' code (numpy), 1 in the paper."""
@@ -76,7 +82,15 @@ class ReputationParams:
     downweight_start: int = 2
     """First iteration (1-based) that down-weights a member."""
     downweight_max: int | None = None
-    """At most this many members are ever down-weighted (None: no cap, as the authors)."""
+    """At most this many members are ever down-weighted (None: one more every iteration, as
+    the paper; the authors' code stops after six)."""
+    downweight_target: str = "judge"
+    """judge: the weight multiplies the member's reputation as a judge (paper C.1);
+    combatant: it multiplies the aggregated score the member receives in its own duels, for
+    the reputation update only, and judges weigh by reputation alone (authors' code)."""
+    sequential_update: bool = False
+    """False: both combatants are updated from their pre-duel values (paper). True: the second
+    combatant's z uses the first one's updated reputation (authors' code)."""
 
     def __post_init__(self):
         problems = []
@@ -100,13 +114,19 @@ class ReputationParams:
             problems.append(f"initial_deviation must be > 0, got {self.initial_deviation}")
         if self.kappa_decay_steps <= 0:
             problems.append(f"kappa_decay_steps must be > 0, got {self.kappa_decay_steps}")
+        if self.kappa_start < 0 or self.kappa_min < 0:
+            problems.append("kappa_start and kappa_min must be >= 0 (a negative kappa flips every update)")
+        if self.window_scope not in ("run", "iteration"):
+            problems.append(f"window_scope must be run or iteration, got {self.window_scope!r}")
+        if self.downweight_target not in ("judge", "combatant"):
+            problems.append(f"downweight_target must be judge or combatant, got {self.downweight_target!r}")
         if problems:
             raise ValueError("reputation settings: " + "; ".join(problems))
 
     @classmethod
-    def preset(cls, name: str = "authors", **overrides) -> ReputationParams:
-        """``authors`` (their code's constants) or ``paper`` (kappa = 1, no divisor, ddof 1);
-        keyword overrides win over the preset."""
+    def preset(cls, name: str = "sparta", **overrides) -> ReputationParams:
+        """``sparta`` (the defaults), ``authors`` (their code throughout) or ``paper`` (its
+        text: kappa = 1, no divisor, ddof 1); keyword overrides win over the preset."""
         if name not in PRESETS:
             raise ValueError(f"unknown reputation preset {name!r}; choose one of {sorted(PRESETS)}")
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
@@ -116,7 +136,17 @@ class ReputationParams:
 
 
 PRESETS: dict[str, dict] = {
-    "authors": {},
+    "sparta": {},
+    # src1/rating_system.py's static mode: down-weighting from their iteration index 2 (the
+    # 3rd), frozen after index 7 (six members), applied to the scores a member receives;
+    # a fresh window of deltas each iteration; the second combatant sees the first's update
+    "authors": {
+        "downweight_start": 3,
+        "downweight_max": 6,
+        "downweight_target": "combatant",
+        "window_scope": "iteration",
+        "sequential_update": True,
+    },
     "paper": {"kappa_start": 1.0, "kappa_min": 1.0, "scale": 1.0, "ddof": 1},
 }
 
@@ -206,6 +236,8 @@ def begin_iteration(state: PoolState, iteration: int, params: ReputationParams) 
         state.round = -1
         if params.kappa_restart_each_iteration:
             state.duels_this_iteration = 0
+        if params.window_scope == "iteration":
+            state.deltas = [[] for _ in state.members]  # the deviation itself carries over
     already = [t for t in state.downweighted_at if t is not None]
     cap = len(state.members) if params.downweight_max is None else params.downweight_max
     if (
@@ -242,11 +274,12 @@ def update(
         return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
     ra, rb = state.reputation[a], state.reputation[b]
     sa, sb = state.deviation[a], state.deviation[b]
-    z = (ra - rb) / math.sqrt(sa * sa + sb * sb)
-    # Phi(z) - Phi(-z) = erf(z / sqrt 2)
-    surprise = max(abs(math.erf(z / _SQRT2)), params.eps)
-    gap = (score_a - score_b) * k * surprise / params.scale
-    for i, r, s, g in ((a, ra, sa, gap), (b, rb, sb, -gap)):
+    for i, r, s, sign in ((a, ra, sa, 1.0), (b, rb, sb, -1.0)):
+        other = state.reputation[a] if (i == b and params.sequential_update) else (rb if i == a else ra)
+        z = (r - other) / math.sqrt(sa * sa + sb * sb)
+        # |Phi(z) - Phi(-z)| = |erf(z / sqrt 2)|, the same for both unless sequential
+        surprise = max(abs(math.erf(z / _SQRT2)), params.eps)
+        g = sign * (score_a - score_b) * k * surprise / params.scale
         new = max(r + g * math.tanh(s), params.floor)
         window = state.deltas[i]
         window.append(new - r)
@@ -258,16 +291,19 @@ def update(
     return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
 
 
-def weighted_mean(scores: Iterable[tuple[int, float | None]], state: PoolState) -> tuple[float | None, int]:
-    """The paper's Aggregate: the mean of (judge index, score) pairs weighted by judge weight
-    x live reputation; null scores are left out of numerator and denominator. Returns (mean,
-    or None without weight; judges used)."""
+def weighted_mean(
+    scores: Iterable[tuple[int, float | None]], state: PoolState, judge_weights: bool = True
+) -> tuple[float | None, int]:
+    """The paper's Aggregate: the mean of (judge index, score) pairs weighted by the judges'
+    live reputations (times their down-weighting weights unless ``judge_weights`` is off);
+    null scores are left out of numerator and denominator. Returns (mean, or None without
+    weight; judges used)."""
     num = den = 0.0
     used = 0
     for j, s in scores:
         if s is None or math.isnan(s):
             continue
-        w = state.weight[j] * state.reputation[j]
+        w = state.reputation[j] * (state.weight[j] if judge_weights else 1.0)
         num += w * s
         den += w
         used += 1
@@ -293,13 +329,21 @@ def _standing(state: PoolState, a: int, b: int, when: str) -> dict:
     }
 
 
-def settle_duel(state, duel_id, a, b, s_a, s_b, n_a, n_b, params) -> tuple[dict, str]:
+def settle_duel(state, duel_id, a, b, s_a, s_b, n_judges, dropped, params) -> tuple[dict, str]:
     """Decide one duel from its aggregated scores and, unless it has no verdict, update both
-    reputations. Returns the history row and the outcome (a, b, tie, no_verdict)."""
+    reputations. With ``downweight_target: combatant`` the update sees each combatant's score
+    times its down-weighting weight; the verdict never does. Returns the history row and the
+    outcome (a, b, tie, no_verdict)."""
     ia, ib = state.index[a], state.index[b]
     before = _standing(state, ia, ib, "before")
     outcome = decide(s_a, s_b)
-    k = float("nan") if outcome == "no_verdict" else update(state, ia, ib, s_a, s_b, params)[0]
+    k = gap = float("nan")
+    if outcome != "no_verdict":
+        u_a, u_b = s_a, s_b
+        if params.downweight_target == "combatant":
+            u_a, u_b = s_a * state.weight[ia], s_b * state.weight[ib]
+        gap = u_a - u_b
+        k = update(state, ia, ib, u_a, u_b, params)[0]
     row = {
         "iteration": state.iteration,
         "round": state.round,
@@ -308,14 +352,24 @@ def settle_duel(state, duel_id, a, b, s_a, s_b, n_a, n_b, params) -> tuple[dict,
         "model_b": b,
         "score_a": float("nan") if s_a is None else s_a,
         "score_b": float("nan") if s_b is None else s_b,
-        "n_judges_a": n_a,
-        "n_judges_b": n_b,
+        "n_judges": n_judges,
+        "dropped_judges": dropped,
+        "gap": gap,
         **before,
         **_standing(state, ia, ib, "after"),
         "kappa": k,
         "outcome": outcome,
     }
     return row, outcome
+
+
+def paired_scores(side_a, side_b) -> tuple[list, list, int]:
+    """The judgments of both sides by the judges that scored both answers; a judge with one
+    usable score only is left out of both means. Returns (side a, side b, judges dropped)."""
+    both = {j for j, _ in side_a} & {j for j, _ in side_b}
+    kept_a = [(j, x) for j, x in side_a if j in both]
+    kept_b = [(j, x) for j, x in side_b if j in both]
+    return kept_a, kept_b, len(side_a) + len(side_b) - 2 * len(both)
 
 
 def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome) -> dict:
@@ -403,6 +457,7 @@ def aggregate_round(
 
     Returns (history rows, preference pairs, counts). Each duel uses the judges' live
     reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
+    Both aggregated scores of a duel are means over the same judges.
     """
     if len(duels):
         state.round = int(duels["round"].iloc[0])
@@ -411,10 +466,12 @@ def aggregate_round(
     history, prefs = [], []
     counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
     cols = [duels[c].tolist() for c in ("duel_id", "model_a", "model_b", "prompt_id", "prompt")]
+    judge_weights = params.downweight_target == "judge"
     for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
-        s_a, n_a = weighted_mean(slots[2 * d], state)
-        s_b, n_b = weighted_mean(slots[2 * d + 1], state)
-        row, outcome = settle_duel(state, did, a, b, s_a, s_b, n_a, n_b, params)
+        side_a, side_b, dropped = paired_scores(slots[2 * d], slots[2 * d + 1])
+        s_a, n_judges = weighted_mean(side_a, state, judge_weights)
+        s_b, _ = weighted_mean(side_b, state, judge_weights)
+        row, outcome = settle_duel(state, did, a, b, s_a, s_b, n_judges, dropped, params)
         history.append(row)
         counts[outcome] += 1
         if outcome in ("a", "b"):

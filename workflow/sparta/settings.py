@@ -190,6 +190,9 @@ class PromptSettings:
     validation: float = 0.2
     test: float = 0.2
     per_iteration: int = 1000
+    schedule: str = "fixed"
+    """fixed: the same prompts every iteration (Algorithm 1, the authors' code); resample: a
+    new draw each iteration."""
 
     def split_keys(self) -> dict[str, Any]:
         """What the split depends on (not per_iteration)."""
@@ -331,7 +334,7 @@ class Settings:
         """The settings of a config dict (as loaded from YAML and checked by the schema)."""
         config = dict(config)
         reputation = dict(config.pop("reputation", None) or {})
-        preset = reputation.pop("preset", "authors")
+        preset = reputation.pop("preset", "sparta")
         try:
             rep = ReputationParams.preset(preset, **reputation)
         except (TypeError, ValueError) as e:

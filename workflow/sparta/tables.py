@@ -33,6 +33,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("answer", _str),
             ("model_a", _str),
             ("model_b", _str),
+            # how model_b was drawn: uniform (probability alpha) or top_k, and from whom
+            ("opponent_branch", _str),
+            ("opponent_candidates", pa.list_(_str)),
         ]
     ),
     # one row per (duel, combatant)
@@ -67,8 +70,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("model_b", _str),
             ("score_a", _f64),
             ("score_b", _f64),
-            ("n_judges_a", _i32),
-            ("n_judges_b", _i32),
+            ("n_judges", _i32),  # judges with a usable score of both answers
+            ("dropped_judges", _i32),  # judges left out: a usable score of one answer only
+            ("gap", _f64),  # score difference Eq. (1) used (after combatant down-weighting)
             ("reputation_a_before", _f64),
             ("reputation_a_after", _f64),
             ("deviation_a_before", _f64),
@@ -234,7 +238,8 @@ def to_arrow(df: pd.DataFrame, kind: str) -> pa.Table:
 
 def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
     """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``. Columns of
-    the schema missing from an analysis or evaluation frame are written as nulls."""
+    the schema missing from an analysis or evaluation frame are written as nulls. The file
+    gets the permissions of any new file (the umask), so colleagues can read a shared run."""
     if kind in OPTIONAL_COLUMNS_OK:
         df = df.reindex(columns=_schema(kind).names)
     table = to_arrow(df, kind)
@@ -244,21 +249,36 @@ def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+REBUILD = "delete it and rerun snakemake, which rebuilds it and what depends on it"
+
+
 def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
-    """Read a table and check it has the columns of ``kind`` (extra columns are kept)."""
+    """Read a table and check it has the columns of ``kind`` (extra columns are kept). A file
+    that is not Parquet, or not this table, raises a TableError that names it."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{kind} table not found: {path}")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        reason = "empty file" if path.stat().st_size == 0 else str(e).splitlines()[0]
+        raise TableError(f"{path} is not a readable Parquet {kind} table ({reason}): {REBUILD}") from None
     missing = [c for c in _schema(kind).names if c not in table.column_names]
     if missing:
-        raise TableError(f"{path} is not a {kind} table: missing column(s) {missing}")
+        raise TableError(f"{path} is not a {kind} table: missing column(s) {missing}; {REBUILD}")
     return table.to_pandas()
 
 

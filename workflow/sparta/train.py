@@ -76,19 +76,22 @@ def dpo_member(
     Returns a summary (pairs, steps, final loss). With no pairs the adapter is copied
     unchanged, and the log says so.
     """
+    from transformers import set_seed
+
     out_dir = Path(out_dir)
     adapter_dir = out_dir / "adapter"
+    device, dtype = runtime.device, runtime.dtype
     if len(prefs) == 0:
         log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
         if spec.adapter is not None:
             shutil.copytree(spec.adapter, adapter_dir, dirs_exist_ok=True)
-            return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir)}
-        return {"pairs": 0, "steps": 0, "adapter": None}
+        else:  # a fresh LoRA (B = 0) is the base itself; every checkpoint is then an adapter
+            set_seed(seed)
+            _trainable_member(spec, lora, device, dtype).save_pretrained(adapter_dir)
+        return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir)}
 
-    from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
 
-    device, dtype = runtime.device, runtime.dtype
     set_seed(seed)  # before a fresh LoRA is initialised (its A matrices are random)
     tok = load_tokenizer(spec.base)
     tok.padding_side = "right"
