@@ -53,6 +53,9 @@ def main():
             "raw": "",
             "error": None,
             "truncated": False,
+            "format": "pointwise",
+            "defences": "none",
+            "sanitized": False,
         }
     )
     responses = pd.DataFrame(

@@ -50,11 +50,19 @@ def main() -> int:
     from sparta.backends import open_backend
     from sparta.backends.hf import HFMember
     from sparta.backends.vllm import available as vllm_available
-    from sparta.chat import chat_text
-    from sparta.judging import JudgeItem, judge_by_expectation
+    from sparta.chat import chat_ids
+    from sparta.judging import JudgeItem, judge_duels
     from sparta.members import MemberSpec
     from sparta.models import MemberLoader
-    from sparta.settings import BackendSettings, DPOSettings, LoraSettings, Runtime, Sampling, VLLMSettings
+    from sparta.settings import (
+        BackendSettings,
+        DPOSettings,
+        JudgeSettings,
+        LoraSettings,
+        Runtime,
+        Sampling,
+        VLLMSettings,
+    )
     from sparta.train import dpo_member
     from tests.tiny import build_tiny_model
 
@@ -79,10 +87,10 @@ def main() -> int:
     judge_items: list = []
 
     def run_stage(name, served, dtype_note):
-        texts = [chat_text(served.tok, q, "You are a helpful AI assistant.") for q in questions]
+        texts = [chat_ids(served.tok, q, "You are a helpful AI assistant.") for q in questions]
         sync(torch)
         t0 = time.perf_counter()
-        outs = served.generate(texts, sampling, seed=1, batch_size=32)
+        outs = served.generate(texts, sampling, list(range(len(texts))), batch_size=32)
         sync(torch)
         dt = time.perf_counter() - t0
         n = sum(o.n_tokens for o in outs)
@@ -92,10 +100,14 @@ def main() -> int:
             f"{name} generate: {len(outs)} prompts, {n} tokens in {dt:.2f} s = {rate:.0f} tokens/s "
             f"({dtype_note})"
         )
-        if not judge_items:  # every backend judges the same (first backend's) answers
+        if not judge_items:  # every backend judges the same (first backend's) answers, as duels
             judge_items.extend(JudgeItem(q, o.text) for q, o in zip(questions, outs))
+            if len(judge_items) % 2:
+                judge_items.pop()
         t0 = time.perf_counter()
-        judged = judge_by_expectation(served, judge_items, 512, "You are a helpful AI assistant.", 16)
+        judged = judge_duels(
+            served, judge_items, JudgeSettings(batch_size=16), "You are a helpful AI assistant."
+        )
         sync(torch)
         dt = time.perf_counter() - t0
         bad = sum(j.score is None for j in judged)

@@ -16,7 +16,7 @@ rule combat:
         f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.log",
     benchmark:
         f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.tsv"
-    threads: 1
+    threads: model_threads("combat")
     resources:
         **stage_resources("combat"),
     conda:

@@ -50,6 +50,7 @@ ROUNDS = list(range(S.matchmaking.rounds_per_iteration))
 LAST_ROUND = ROUNDS[-1]
 GGUF_BASES = [k for k, v in S.base_models.items() if v.gguf_file]
 FANOUT = S.fanout  # member: one job per member / judge; pool: one job serves all
+DPO_FANOUT = S.dpo_fanout or S.fanout
 # conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
 MODEL_ENV = "../envs/vllm.yaml" if S.backend == "vllm" else "../envs/train.yaml"
 
@@ -150,11 +151,26 @@ def optional_evaluation(wildcards):
     return f"results/{EXP}/evaluation/scores.parquet" if S.evaluation.enabled else []
 
 
-REPORT_FIGURES = ("reputation", "win_matrix", "judge_scores", "label_accuracy", "diversity", "evaluation")
+REPORT_FIGURES = (
+    "reputation",
+    "win_matrix",
+    "judge_scores",
+    "label_accuracy",
+    "diversity",
+    "reward_hacking",
+    "evaluation",
+)
 
 
-ANALYSIS_TABLES = ("diversity", "lengths", "label_accuracy", "judge_label_accuracy", "reputation_vs_performance",
-                   "standings")
+ANALYSIS_TABLES = (
+    "diversity",
+    "lengths",
+    "label_accuracy",
+    "judge_label_accuracy",
+    "reputation_vs_performance",
+    "standings",
+    "reward_hacking",
+)
 
 
 def member_files(t, member):
@@ -197,32 +213,41 @@ def final_outputs():
 # round serving the whole pool; its outputs are the same per-member files either way.
 
 
-def fanout_output(pattern, key="member"):
+def fanout_output(pattern, key="member", fanout=FANOUT):
     """``pattern`` (with ``{key}``) as the output of one job: itself, or every member's file."""
-    if FANOUT == "member":
+    if fanout == "member":
         return pattern
     return expand(pattern, **{key: MEMBERS}, allow_missing=True)
 
 
-def fanout_name(prefix, key="member"):
+def fanout_name(prefix, key="member", fanout=FANOUT):
     """Log / benchmark name of one job: ``combat_{member}`` or ``combat_pool``."""
-    return f"{prefix}_{{{key}}}" if FANOUT == "member" else f"{prefix}_pool"
+    return f"{prefix}_{{{key}}}" if fanout == "member" else f"{prefix}_pool"
 
 
-def served(wildcards, key="member"):
+def served(wildcards, key="member", fanout=FANOUT):
     """The members one job serves."""
-    return [getattr(wildcards, key)] if FANOUT == "member" else MEMBERS
+    return [getattr(wildcards, key)] if fanout == "member" else MEMBERS
 
 
-def served_member_jsons(key, iteration_offset=1):
+def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
     """member.json of every member a job serves, as they enter iteration t (offset 1) or
     as checkpoint t (offset 0)."""
 
     def paths(wildcards):
         t = int(wildcards.t) + 1 - iteration_offset
-        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key)]
+        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key, fanout)]
 
     return paths
+
+
+def model_threads(stage, fanout=FANOUT):
+    """Threads of a model job: its GPUs' CPUs on a GPU, else every core of the run for a job
+    that serves the pool or trains, one for a job of one member (they run side by side)."""
+    r = getattr(S.resources, stage)
+    if r.gpu:
+        return r.gpu * r.cpus_per_gpu
+    return workflow.cores if fanout == "pool" or stage in ("dpo", "sft") else 1
 
 
 # Cluster resources of a model stage: settings resources.<stage>, runtime and memory grow

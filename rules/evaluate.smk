@@ -18,7 +18,7 @@ rule evaluate_member:
         f"results/{{exp}}/logs/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.log",
     benchmark:
         f"results/{{exp}}/benchmarks/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.tsv"
-    threads: 1
+    threads: model_threads("evaluate")
     resources:
         **stage_resources("evaluate"),
     conda:

@@ -17,7 +17,7 @@ rule judge:
         f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.log",
     benchmark:
         f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.tsv"
-    threads: 1
+    threads: model_threads("judge")
     resources:
         **stage_resources("judge"),
     conda:

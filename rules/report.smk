@@ -34,6 +34,7 @@ rule analyze:
         judge_accuracy="results/{exp}/analysis/judge_label_accuracy.parquet",
         correlation="results/{exp}/analysis/reputation_vs_performance.parquet",
         standings="results/{exp}/analysis/standings.parquet",
+        reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
     params:
         **settings("analysis"),
     log:
@@ -56,6 +57,7 @@ rule plots:
         judgments=run_tables("judgments/{member}.parquet"),
         label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
         diversity="results/{exp}/analysis/diversity.parquet",
+        reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
         evaluation=optional_evaluation,
     output:
         reputation=report(
@@ -82,6 +84,11 @@ rule plots:
             "results/{exp}/report/diversity.png",
             caption="../workflow/report/diversity.rst",
             category="Analysis",
+        ),
+        reward_hacking=report(
+            "results/{exp}/report/reward_hacking.png",
+            caption="../workflow/report/reward_hacking.rst",
+            category="Judging",
         ),
         evaluation=report(
             "results/{exp}/report/evaluation.png",

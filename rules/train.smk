@@ -21,7 +21,7 @@ rule sft_member:
         "results/{exp}/logs/iter_0/init_{member}.log",
     benchmark:
         "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
-    threads: 2
+    threads: model_threads("sft")
     resources:
         **stage_resources("sft"),
     conda:
@@ -35,20 +35,25 @@ rule dpo:
     against a frozen copy of it as the reference."""
     input:
         preferences="results/{exp}/iter_{t}/preferences.parquet",
-        member=member_json,
+        members=served_member_jsons("member", fanout=DPO_FANOUT),
     output:
-        member="results/{exp}/iter_{t}/members/{member}/member.json",
-        adapter_config="results/{exp}/iter_{t}/members/{member}/adapter/adapter_config.json",
-        adapter="results/{exp}/iter_{t}/members/{member}/adapter/adapter_model.safetensors",
+        member=fanout_output("results/{exp}/iter_{t}/members/{member}/member.json", fanout=DPO_FANOUT),
+        adapter_config=fanout_output(
+            "results/{exp}/iter_{t}/members/{member}/adapter/adapter_config.json", fanout=DPO_FANOUT
+        ),
+        adapter=fanout_output(
+            "results/{exp}/iter_{t}/members/{member}/adapter/adapter_model.safetensors", fanout=DPO_FANOUT
+        ),
     wildcard_constraints:
         t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:
+        members=lambda wc: served(wc, fanout=DPO_FANOUT),
         **settings("runtime", "dpo", "lora"),
     log:
-        "results/{exp}/logs/iter_{t}/dpo_{member}.log",
+        f"results/{{exp}}/logs/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.log",
     benchmark:
-        "results/{exp}/benchmarks/iter_{t}/dpo_{member}.tsv"
-    threads: 2
+        f"results/{{exp}}/benchmarks/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.tsv"
+    threads: model_threads("dpo", DPO_FANOUT)
     resources:
         **stage_resources("dpo"),
     conda:

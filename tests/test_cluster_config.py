@@ -234,3 +234,5 @@ def test_paper_scale_dag_job_counts(paper_workdir):
     counts, seconds = _dry_run(paper_workdir, "--config", "fanout=member")
     assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 372}
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")
+    counts, _ = _dry_run(paper_workdir, "--config", "dpo_fanout=pool")
+    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 75}

@@ -52,7 +52,7 @@ def test_default_pool_runs_one_iteration(default_run):
 
 def test_initial_members_answer_differently_at_temperature_zero(default_run):
     from sparta.backends.hf import generate
-    from sparta.chat import chat_text
+    from sparta.chat import chat_ids
     from sparta.members import MemberSpec
     from sparta.models import MemberLoader
     from sparta.settings import Sampling
@@ -63,8 +63,10 @@ def test_initial_members_answer_differently_at_temperature_zero(default_run):
     for m in ("adder", "subtractor", "multiplier", "storyteller"):
         spec = MemberSpec.read(default_run / f"iter_0/members/{m}/member.json")
         model, tok = loader.load(spec), loader.tokenizer(spec)
-        texts = [chat_text(tok, p, "You are a helpful AI assistant.") for p in prompts]
-        answers[m] = [g.text for g in generate(model, tok, texts, Sampling.greedy_decoding(24), 0)]
+        texts = [chat_ids(tok, p, "You are a helpful AI assistant.") for p in prompts]
+        answers[m] = [
+            g.text for g in generate(model, tok, texts, Sampling.greedy_decoding(24), [0] * len(texts))
+        ]
     for i in range(len(prompts)):
         assert len({a[i] for a in answers.values()}) > 1, (
             f"all members gave the same answer to {prompts[i]!r}"

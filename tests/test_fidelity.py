@@ -42,7 +42,7 @@ def one_duel(scores: dict, a="m0", b="m1"):
             {"duel_id": "t01-00000", "judge": j, "target": t, "score": s, "raw": "", "error": None}
             for (j, t), s in scores.items()
         ]
-    ).assign(truncated=False)
+    ).assign(truncated=False, format="pointwise", defences="none", sanitized=False)
     return duels, responses, judgments
 
 

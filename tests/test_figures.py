@@ -81,6 +81,20 @@ def test_every_figure_writes_a_png(tmp_path):
         "scores": figures.judge_scores(judgments),
         "label": figures.label_accuracy(label),
         "diversity": figures.diversity(diversity),
+        "hacking": figures.reward_hacking(
+            pd.DataFrame(
+                {
+                    "iteration": [1, 2],
+                    "pairs": [10, 12],
+                    "chosen_share": [0.1, 0.0],
+                    "chosen_share_low": [0.02, 0.0],
+                    "chosen_share_high": [0.4, 0.24],
+                    "rejected_share": [0.0, 0.08],
+                    "rejected_share_low": [0.0, 0.01],
+                    "rejected_share_high": [0.28, 0.35],
+                }
+            )
+        ),
         "evaluation": figures.evaluation(scores),
     }
     rep_axes = made["reputation"].axes[0]

@@ -1,24 +1,28 @@
-"""Generation and judging on a tiny random model: batching, truncation, expected scores."""
+"""Judging on a tiny random model: parsing, the expected score against brute force, truncation,
+generate mode, seeded batched generation."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from sparta.backends.hf import HFMember, generate
-from sparta.chat import chat_text
+from sparta.chat import chat_ids
 from sparta.judging import (
     ASSISTANT_PREFIX,
     SCORES,
     JudgeItem,
     candidate_ids,
-    judge_by_expectation,
-    judge_by_generation,
-    judge_text,
+    judge_duels,
+    judge_ids,
     parse_score,
+    parse_winner,
 )
-from sparta.settings import Sampling
+from sparta.settings import JudgeSettings, Sampling
+
+EXPECTED = JudgeSettings(mode="expected", max_length=512, batch_size=2)
 
 
 @pytest.mark.parametrize(
@@ -44,24 +48,34 @@ def test_parse_failures_give_null_and_a_reason(text):
     assert score is None and error
 
 
+@pytest.mark.parametrize(
+    "text, winner",
+    [('{"better": "A"}', "A"), ("[[B]]", "B"), ("Response B is better.", "B"), ("B", "B"), ("no idea", None)],
+)
+def test_parse_winner(text, winner):
+    assert parse_winner(text)[0] == winner
+
+
 def test_candidates_cover_split_ten(tiny):
     _, tok = tiny
-    text = chat_text(tok, "judge this", "sys", ASSISTANT_PREFIX)
-    prompt, conts = candidate_ids(tok, text)
-    assert len(conts) == 10
+    full = [chat_ids(tok, "judge this", "sys", ASSISTANT_PREFIX + f"{s}}}") for s in SCORES]
+    prompt, conts = candidate_ids(full)
+    assert len(conts) == 10 and len(set(map(tuple, conts))) == 10
     for s, c in zip(SCORES, conts):
         assert tok.decode(prompt + c).endswith(f"{s}}}")
-    assert len(set(map(tuple, conts))) == 10
 
 
 def test_expected_mode_equals_brute_force(tiny):
-    """The cached continuation scoring equals scoring each full candidate sequence alone."""
+    """The tree scoring of all ten continuations in one pass equals scoring each full
+    candidate sequence alone."""
     model, tok = tiny
-    items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 2 * 5?", "It is 10, I think. " * 3)]
-    out = judge_by_expectation(HFMember(model, tok), items, 512, "sys", batch_size=2)
+    items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 3 + 4?", "It is 10, I think. " * 3)]
+    out = judge_duels(HFMember(model, tok), items, EXPECTED, "sys")
     for item, j in zip(items, out):
-        text, _ = judge_text(tok, item, 512, "sys", ASSISTANT_PREFIX)
-        prompt, conts = candidate_ids(tok, text)
+        user, _, _ = judge_ids(tok, item.prompt, [item.response], EXPECTED, "sys", ASSISTANT_PREFIX)
+        prompt, conts = candidate_ids(
+            [chat_ids(tok, user, "sys", ASSISTANT_PREFIX + f"{s}}}") for s in SCORES]
+        )
         logps = []
         for c in conts:
             ids = torch.tensor([prompt + c])
@@ -78,37 +92,43 @@ def test_expected_mode_equals_brute_force(tiny):
 
 def test_truncation_keeps_instruction_and_prefix(tiny):
     _, tok = tiny
-    item = JudgeItem("What is 3 + 4?", "seven " * 500)
-    bare, _ = judge_text(tok, JudgeItem("What is 3 + 4?", ""), 10_000, "sys", ASSISTANT_PREFIX)
-    budget = len(tok(bare, add_special_tokens=False)["input_ids"]) + 40
-    text, cut = judge_text(tok, item, budget, "sys", ASSISTANT_PREFIX)
-    assert cut
-    assert budget - 40 < len(tok(text, add_special_tokens=False)["input_ids"]) <= budget
-    assert text.endswith("<|im_start|>assistant\n" + ASSISTANT_PREFIX)
-    assert "Output only a JSON object" in text and "What is 3 + 4?" in text
-    short, cut2 = judge_text(tok, JudgeItem("What is 3 + 4?", "7"), budget, "sys", ASSISTANT_PREFIX)
-    assert not cut2 and "7" in short
+    _, bare, _ = judge_ids(
+        tok, "What is 3 + 4?", [""], replace(EXPECTED, max_length=10_000), "sys", ASSISTANT_PREFIX
+    )
+    budget = len(bare) + 40
+    cfg = replace(EXPECTED, max_length=budget)
+    user, ids, cut = judge_ids(tok, "What is 3 + 4?", ["seven " * 500], cfg, "sys", ASSISTANT_PREFIX)
+    assert cut and budget - 40 < len(ids) <= budget
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n" + ASSISTANT_PREFIX)
+    assert "Output only a JSON object" in user and "What is 3 + 4?" in user
+    _, _, cut2 = judge_ids(tok, "What is 3 + 4?", ["7"], cfg, "sys", ASSISTANT_PREFIX)
+    assert not cut2
     with pytest.raises(ValueError, match="max_length"):
-        judge_text(tok, item, 20, "sys", ASSISTANT_PREFIX)
+        judge_ids(
+            tok, "What is 3 + 4?", ["seven " * 500], replace(EXPECTED, max_length=20), "sys", ASSISTANT_PREFIX
+        )
 
 
 def test_generate_mode_on_random_model_gives_null_scores(tiny):
     model, tok = tiny
-    items = [JudgeItem("What is 3 + 4?", "7")] * 3
-    out = judge_by_generation(HFMember(model, tok), items, Sampling(max_new_tokens=8), 0, 512, "sys", 2)
-    assert len(out) == 3
+    cfg = JudgeSettings(mode="generate", max_new_tokens=8, batch_size=2)
+    out = judge_duels(HFMember(model, tok), [JudgeItem("What is 3 + 4?", "7")] * 4, cfg, "sys", [0, 1, 2, 3])
+    assert len(out) == 4
     for j in out:
         assert (j.score is None) == (j.error is not None)
 
 
 def test_generate_batched_matches_one_by_one_and_is_seeded(tiny):
     model, tok = tiny
-    prompts = ["What is 3 + 4?", "Tom has 5 apples.", "What is 10 - 2? Please answer."]
-    texts = [chat_text(tok, p, "sys") for p in prompts]
+    prompts = [
+        chat_ids(tok, p, "sys") for p in ("What is 3 + 4?", "Tom has 5 apples.", "What is 10 - 2? Please.")
+    ]
     greedy = Sampling.greedy_decoding(6)
-    batched = generate(model, tok, texts, greedy, 0, batch_size=3)
-    single = [generate(model, tok, [t], greedy, 0, batch_size=1)[0] for t in texts]
+    batched = generate(model, tok, prompts, greedy, [0] * 3, batch_size=3)
+    single = [generate(model, tok, [p], greedy, [0], batch_size=1)[0] for p in prompts]
     assert [g.text for g in batched] == [g.text for g in single]
     assert all(g.finish_reason in ("stop", "length") for g in batched)
     sampled = Sampling(temperature=1.0, max_new_tokens=6)
-    assert generate(model, tok, texts, sampled, 7) == generate(model, tok, texts, sampled, 7)
+    assert generate(model, tok, prompts, sampled, [7, 8, 9]) == generate(
+        model, tok, prompts, sampled, [7, 8, 9]
+    )

@@ -208,6 +208,9 @@ def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
             "raw": "",
             "error": None,
             "truncated": False,
+            "format": "pointwise",
+            "defences": "none",
+            "sanitized": False,
         }
         for (j, t), s in judge_scores.items()
     ]

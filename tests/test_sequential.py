@@ -64,6 +64,9 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                         "raw": "",
                         "error": None,
                         "truncated": False,
+                        "format": "pointwise",
+                        "defences": "none",
+                        "sanitized": False,
                     }
                     for k in MEMBERS
                     for d in duels.itertuples()

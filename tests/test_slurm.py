@@ -66,7 +66,8 @@ class Canceller(threading.Thread):
 
 
 def test_tiny_workflow_through_slurm_equals_local_run(slurm, run_a, tiny_base, tmp_path):
-    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))
+    # fanout member, the cluster default: one Slurm job per member and stage
+    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1, fanout="member"))
     work = tmp_path / "work"
     cmd = [
         sys.executable,
@@ -114,9 +115,12 @@ def test_tiny_workflow_through_slurm_equals_local_run(slurm, run_a, tiny_base, t
     assert retries and all(j["state"] == "COMPLETED" for j in retries)
     assert _minutes(retries[-1]["time_limit"]) > _minutes(killed["time_limit"])
 
+    # the local run served the pool in mixed batches: the same answers and verdicts, scores
+    # equal to float precision (the raw score distributions differ in their last digits)
     local = run_a[0]
     for pattern in TABLES:
-        pd.testing.assert_frame_equal(_tables(local, pattern), _tables(work, pattern), obj=pattern)
+        a, b = (_tables(w, pattern).drop(columns=["raw"], errors="ignore") for w in (local, work))
+        pd.testing.assert_frame_equal(a, b, obj=pattern, check_exact=False, rtol=1e-5)
 
     again = subprocess.run([*cmd, "-n"], cwd=REPO, capture_output=True, text=True, timeout=300, env=slurm.env)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

@@ -152,3 +152,32 @@ def test_dpo_is_reproducible_with_the_same_seed(sft_adapter, tmp_path):
             )
             outs.append(load_file(tmp_path / f"{name}{k}" / "adapter" / "adapter_model.safetensors"))
         assert all(torch.equal(outs[0][key], outs[1][key]) for key in outs[0]), name
+
+
+def test_members_trained_in_one_job_equal_members_trained_alone(sft_adapter, tmp_path):
+    """fanout pool: one base load, members one after another; the same adapters as one job
+    per member (same seeds), for a member with an adapter and for a fresh one."""
+    from sparta.train import dpo_members
+
+    base, adapter = sft_adapter
+    specs = [
+        MemberSpec("ann", str(base), str(adapter)),
+        MemberSpec("cid", str(base)),
+        MemberSpec("bob", str(base), str(adapter)),
+    ]
+    dpo = DPOSettings(learning_rate=1e-2, max_length=128)
+    together = dpo_members(
+        [(s, tmp_path / "pool" / s.name, 10 + k) for k, s in enumerate(specs)],
+        PAIRS,
+        dpo,
+        LoraSettings(),
+        CPU,
+    )
+    assert [t["steps"] for t in together] == [2, 2, 2] and all(t["log_history"] for t in together)
+    for k, spec in enumerate(specs):
+        dpo_member(spec, PAIRS, tmp_path / "alone" / spec.name, dpo, LoraSettings(), CPU, seed=10 + k)
+        pooled = load_file(tmp_path / "pool" / spec.name / "adapter" / "adapter_model.safetensors")
+        alone = load_file(tmp_path / "alone" / spec.name / "adapter" / "adapter_model.safetensors")
+        assert pooled.keys() == alone.keys()
+        for key in alone:
+            torch.testing.assert_close(pooled[key], alone[key], rtol=1e-5, atol=1e-6)

@@ -10,12 +10,12 @@ import pytest
 from sparta.backends import open_backend
 from sparta.backends.hf import HFMember
 from sparta.backends.vllm import max_lora_rank
-from sparta.chat import chat_text
+from sparta.chat import chat_ids
 from sparta.evaluate import option_logprobs
-from sparta.judging import JudgeItem, judge_by_expectation
+from sparta.judging import JudgeItem, judge_duels
 from sparta.members import MemberSpec
 from sparta.models import MemberLoader
-from sparta.settings import BackendSettings, Runtime, Sampling, VLLMSettings
+from sparta.settings import BackendSettings, JudgeSettings, Runtime, Sampling, VLLMSettings
 
 from .tiny import build_tiny_model
 
@@ -62,17 +62,17 @@ def test_vllm_matches_hf_on_scores_and_generates(gpu_member):
     loader = MemberLoader("cuda", "float32")
     hf = HFMember(loader.load(spec), loader.tokenizer(spec))
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("Tom has 5 apples.", "He has 7 apples now.")]
-    got = judge_by_expectation(vllm, items, 512, "sys", 4)
-    want = judge_by_expectation(hf, items, 512, "sys", 4)
+    got = judge_duels(vllm, items, JudgeSettings(batch_size=4), "sys")
+    want = judge_duels(hf, items, JudgeSettings(batch_size=4), "sys")
     for g, w in zip(got, want):
         assert g.error is None and 1 <= g.score <= 10
         assert g.score == pytest.approx(w.score, abs=0.05)
     context, opts = "Q: What is 3 + 4? A:", [" 7", " 12", " seven apples"]
     assert option_logprobs(vllm, context, opts) == pytest.approx(option_logprobs(hf, context, opts), abs=0.05)
-    texts = [chat_text(vllm.tok, p, "sys") for p in ("What is 3 + 4?", "Tom has 5 apples.")]
+    texts = [chat_ids(vllm.tok, p, "sys") for p in ("What is 3 + 4?", "Tom has 5 apples.")]
     sampled = Sampling(temperature=1.0, max_new_tokens=8)
-    first = vllm.generate(texts, sampled, seed=3)
-    assert first == vllm.generate(texts, sampled, seed=3)  # per-request seeds: reproducible
+    first = vllm.generate(texts, sampled, [3, 4])
+    assert first == vllm.generate(texts, sampled, [3, 4])  # per-request seeds: reproducible
     assert all(g.finish_reason in ("stop", "length") and g.n_tokens <= 8 for g in first)
     with pytest.raises(ValueError, match="one base model per job"):
         backend.serve(MemberSpec("other", "/elsewhere"))

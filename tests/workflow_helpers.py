@@ -67,6 +67,7 @@ def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
         "seed": 7,
         "iterations": 2,
         "device": "cpu",
+        "fanout": "pool",  # as the embedded default (a local run); tests of fanout member say so
         "base_models": {"tiny": {"path": str(base)}},
         "members": [
             {"name": "ann", "base": "tiny", "sft_domain": "addition"},

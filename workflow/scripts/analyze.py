@@ -24,6 +24,8 @@ if cfg.embedding_package:
 diversity = analysis.diversity_by_iteration(analysis.pair_diversity(responses, duels, embed))
 tables.write(diversity, out.diversity, "diversity")
 tables.write(analysis.lengths(prefs), out.lengths, "lengths")
+hacking = analysis.reward_hacking(prefs)
+tables.write(hacking, out.reward_hacking, "reward_hacking")
 
 if cfg.answer and duels["answer"].notna().any():
     label = analysis.collective_label_accuracy(prefs, duels, cfg.answer)
@@ -43,3 +45,4 @@ with pd.option_context("display.width", 160):
     log.info("diversity:\n%s", diversity.to_string(index=False))
     log.info("label accuracy:\n%s", label.to_string(index=False))
     log.info("reputation vs validation performance:\n%s", corr.to_string(index=False))
+    log.info("answers with score-like text or notes to the judge:\n%s", hacking.to_string(index=False))

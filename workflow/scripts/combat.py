@@ -1,38 +1,43 @@
-"""rule combat: each served member answers its duels' prompts, batched, through its chat template."""
+"""rule combat: each served member answers its duels' prompts through its chat template; in a
+pool job all members' requests run in the same batches."""
 
 import pandas as pd
 
 from sparta import tables
-from sparta.chat import chat_text
-from sparta.jobs import as_list, served_members
+from sparta.chat import chat_ids
+from sparta.jobs import as_list, by_base, served_members
 from sparta.logs import setup
 from sparta.settings import derive_seed, job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
 job = job_settings(sm)
-gen = job.generation
+gen, t, r = job.generation, sm.wildcards.t, sm.wildcards.r
 duels = tables.read(sm.input.duels, "duels")
 specs, backend = served_members(sm, job)
-for spec, out in zip(specs, as_list(sm.output.responses)):
+asked = []  # (member, duel id, prompt) in member order, then play order
+for spec in specs:
     mine = duels[(duels["model_a"] == spec.name) | (duels["model_b"] == spec.name)]
-    rows = tables.empty("responses")
-    if len(mine):
-        served = backend.serve(spec)
-        texts = [chat_text(served.tok, p, job.runtime.system_prompt) for p in mine["prompt"]]
-        seed = derive_seed(job.runtime.seed, sm.wildcards.t, sm.wildcards.r, spec.name, "combat")
-        outs = served.generate(texts, gen.sampling, seed, gen.batch_size, desc=f"combat {spec.name}")
-        rows = pd.DataFrame(
-            {
-                "duel_id": mine["duel_id"].to_numpy(),
-                "model": spec.name,
-                "response": [o.text for o in outs],
-                "n_tokens": [o.n_tokens for o in outs],
-                "finish_reason": [o.finish_reason for o in outs],
-            }
-        )
-        cut = int((rows["finish_reason"] == "length").sum())
-        log.info("%s answered %d prompts (%d hit max_new_tokens)", spec.name, len(rows), cut)
-    else:
-        log.info("%s fights in no duel this round", spec.name)
-    tables.write(rows, out, "responses")
+    asked += [(spec, d, p) for d, p in zip(mine["duel_id"], mine["prompt"])]
+outs = [None] * len(asked)
+for group in by_base([spec for spec, _, _ in asked]):
+    served = backend.serve_each([asked[i][0] for i in group])
+    prompts = [chat_ids(served.tok, asked[i][2], job.runtime.system_prompt) for i in group]
+    # a seed per answer: the same answer whichever job, batch or fan-out asks for it
+    seeds = [derive_seed(job.runtime.seed, t, r, asked[i][0].name, asked[i][1], "combat") for i in group]
+    for i, o in zip(group, served.generate(prompts, gen.sampling, seeds, gen.batch_size, desc="combat")):
+        outs[i] = o
+rows = pd.DataFrame(
+    {
+        "duel_id": [d for _, d, _ in asked],
+        "model": [spec.name for spec, _, _ in asked],
+        "response": [o.text for o in outs],
+        "n_tokens": [o.n_tokens for o in outs],
+        "finish_reason": [o.finish_reason for o in outs],
+    }
+)
+for spec, out in zip(specs, as_list(sm.output.responses)):
+    mine = rows[rows["model"] == spec.name] if len(rows) else tables.empty("responses")
+    tables.write(mine, out, "responses")
+    cut = int((mine["finish_reason"] == "length").sum())
+    log.info("%s answered %d prompts (%d hit max_new_tokens)", spec.name, len(mine), cut)

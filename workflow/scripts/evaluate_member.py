@@ -1,10 +1,11 @@
-"""rule evaluate_member: each served member at one checkpoint on every task."""
+"""rule evaluate_member: each served member at one checkpoint on every task; in a pool job all
+members' requests run in the same batches."""
 
 import pandas as pd
 
 from sparta import tables
-from sparta.evaluate import evaluate_task
-from sparta.jobs import as_list, served_members
+from sparta.evaluate import evaluate_members
+from sparta.jobs import as_list, by_base, served_members
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.settings import job_settings
@@ -20,19 +21,26 @@ splits = {
 }
 tasks = [load_task(spec, splits, job.runtime.seed) for spec in cfg.tasks]
 specs, backend = served_members(sm, job)
+by_name = {s.name: s for s in specs}
 judge = None
 if cfg.judge is not None:
     judge = backend.serve(MemberSpec("eval-judge", cfg.judge.base, cfg.judge.adapter))
-for spec, path in zip(specs, as_list(sm.output.scores)):
-    served = backend.serve(spec)
-    frames = []
-    for task in tasks:
-        result = evaluate_task(served, task, system, cfg.batch_size, judge)
+
+
+def serve(names):
+    return backend.serve_each([by_name[n] for n in names])
+
+
+frames = []
+for task in tasks:
+    for group in by_base(specs):  # the members of one base answer in the same batches
+        result = evaluate_members(serve, [specs[i].name for i in group], task, system, cfg.batch_size, judge)
         frames.append(result)
-        means = result.groupby("split")["score"].mean().round(4).to_dict()
-        log.info("%s on %s: %s", spec.name, task.name, means)
-    out = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
+        means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
+        log.info("%s: %s", task.name, means)
+rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
+for spec, path in zip(specs, as_list(sm.output.scores)):
+    out = rows[rows["member"] == spec.name].copy()
     out["checkpoint"] = int(sm.wildcards.t)
-    out["member"] = spec.name
     out["prediction"] = out["prediction"].astype(str)
     tables.write(out, path, "evaluation")

@@ -14,6 +14,7 @@ made = {
     out.scores: figures.judge_scores(tables.read_many(inp.judgments, "judgments")),
     out.label_accuracy: figures.label_accuracy(tables.read(inp.label_accuracy, "label_accuracy")),
     out.diversity: figures.diversity(tables.read(inp.diversity, "diversity")),
+    out.reward_hacking: figures.reward_hacking(tables.read(inp.reward_hacking, "reward_hacking")),
     out.evaluation: figures.evaluation(scores),
 }
 for path, fig in made.items():

@@ -17,6 +17,7 @@ import pandas as pd
 from scipy.stats import pearsonr
 
 from . import metrics
+from .judging import suspicious
 
 
 def edit_distance(a: list, b: list) -> int:
@@ -155,6 +156,34 @@ def judges_label_accuracy(
         ],
         ignore_index=True,
     )
+
+
+def reward_hacking(prefs: pd.DataFrame) -> pd.DataFrame:
+    """Per iteration, how many chosen and rejected answers hold score-like text or a note
+    addressed to the judge (what a member would learn to write if judges could be talked
+    into scores), with 95% Wilson intervals of the shares."""
+    rows = []
+    for it, g in prefs.groupby("iteration"):
+        n = len(g)
+        row = {"iteration": int(it), "pairs": n}
+        for side in ("chosen", "rejected"):
+            k = int(g[side].map(suspicious).sum())
+            low, high = metrics.wilson_interval(k, n)
+            row.update(
+                {
+                    f"{side}_flagged": k,
+                    f"{side}_share": k / n,
+                    f"{side}_share_low": low,
+                    f"{side}_share_high": high,
+                }
+            )
+        rows.append(row)
+    columns = ["iteration", "pairs"] + [
+        f"{side}_{x}"
+        for side in ("chosen", "rejected")
+        for x in ("flagged", "share", "share_low", "share_high")
+    ]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def standings(states: pd.DataFrame) -> pd.DataFrame:

@@ -3,6 +3,8 @@ need only the tokenizer, never the model."""
 
 from __future__ import annotations
 
+import re
+
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
 
@@ -24,3 +26,29 @@ def stop_token_ids(tok) -> list[int]:
         if t in vocab:
             ids.add(tok.convert_tokens_to_ids(t))
     return sorted(i for i in ids if i is not None)
+
+
+_SLOT = "\x00sparta slot {}\x00"  # stands in for a message's content while the template renders
+
+
+def chat_ids(
+    tok, user: str, system: str | None = None, assistant_prefix: str = "", plain: bool = True
+) -> list[int]:
+    """Token ids of :func:`chat_text`. With ``plain`` (the default) the messages' contents are
+    tokenized as plain text: a special-token string inside them (say a literal ``<|im_end|>``
+    in an answer under judgment) stays characters and never becomes a control token; only the
+    template's own markup gives special tokens."""
+    if not plain:
+        return tok(chat_text(tok, user, system, assistant_prefix), add_special_tokens=False)["input_ids"]
+    contents = {_SLOT.format(0): system, _SLOT.format(1): user}
+    messages = ([{"role": "system", "content": _SLOT.format(0)}] if system else []) + [
+        {"role": "user", "content": _SLOT.format(1)}
+    ]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + assistant_prefix
+    ids: list[int] = []
+    for part in re.split("(" + "|".join(map(re.escape, contents)) + ")", text):
+        if part in contents:
+            ids += tok(contents[part], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        elif part:
+            ids += tok(part, add_special_tokens=False)["input_ids"]
+    return ids

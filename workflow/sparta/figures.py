@@ -182,6 +182,28 @@ def diversity(div: pd.DataFrame):
     return fig
 
 
+def reward_hacking(table: pd.DataFrame):
+    """Share of chosen and rejected answers holding score-like text or notes to the judge."""
+    if len(table) == 0:
+        return empty("Reward hacking", "no preference pairs")
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+    x = table["iteration"].astype(int)
+    for side, style in (("chosen", "o-"), ("rejected", "s--")):
+        y = table[f"{side}_share"].astype(float)
+        err = np.vstack([y - table[f"{side}_share_low"], table[f"{side}_share_high"] - y])
+        ax.errorbar(x, y, yerr=err, fmt=style, capsize=4, label=f"{side} answers (95% CI)")
+    for n, c in zip(x, table["pairs"]):
+        ax.annotate(f"n={c}", (n, 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xticks(sorted(x.unique()))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("share with score-like text or notes to the judge")
+    ax.set_title("Are the members learning to talk to the judges?")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def evaluation(scores: pd.DataFrame | None):
     """Validation score of every member at every checkpoint, one panel per task."""
     if scores is None:

@@ -20,3 +20,12 @@ def served_members(sm, job: JobSettings, names_param: str = "members") -> tuple[
         if spec.name != name:
             raise ValueError(f"member.json of {name} names {spec.name}: rerun the job that wrote it")
     return specs, open_backend(job.backend, job.runtime, specs)
+
+
+def by_base(specs: list[MemberSpec]) -> list[list[int]]:
+    """Positions of ``specs`` grouped by base model (in order of first appearance): one call of
+    a backend serves members of one base, through that base's tokenizer."""
+    groups: dict[str, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault(spec.base, []).append(i)
+    return list(groups.values())

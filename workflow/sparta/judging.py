@@ -1,15 +1,26 @@
-"""Cross-judging: the judge prompt, the parse cascade and the expected-score mode.
+"""Cross-judging: the judge prompts, the defences against answers that address the judge,
+the parse cascades and the expected-score mode.
 
-``generate`` mode samples the judge's text and parses ``{"score": N}`` (as the authors).
-``expected`` mode forces the assistant prefix ``{"score": `` and computes the exact
-probability of each of the ten score strings "1".."10" closed by ``}``, then reports the
-expectation. It never samples, so a small judge always gives a usable, graded score.
+Two formats. ``pointwise`` (the paper, the authors): the judge scores each answer of a duel
+alone, 1-10. ``pairwise``: the judge sees both answers and says which is better; it is asked
+in both orders (position bias cancels), and P(a better) becomes the pair of scores
+1 + 9 P and 10 - 9 P, so a duel's score gap is 9 (2 P - 1): the units of the pointwise gap.
 
-Truncation never cuts the instruction or the assistant prefix: when the prompt is too long,
-the response under judgment is shortened and the judgment records ``truncated``.
+Two modes. ``generate`` samples the judge's text and parses it (JSON first, then a cascade
+of patterns; the authors' way). ``expected`` forces the start of the answer (``{"score": ``
+or ``{"better": "``) and reads the exact probability of every candidate continuation, so a
+small judge always gives a usable, graded verdict without sampling.
 
-Pure: the judge is a served member (:mod:`sparta.backends`); only its tokenizer and its two
-primitives are used here.
+Defences, each a switch (``judge.plain_text``, ``judge.sanitize``, ``judge.fence``) recorded
+on every judgment: an answer's special-token strings stay plain text (never control tokens);
+score-like text and notes addressed to the judge are replaced by a marker before judging
+(the stored answer is never changed); the answer is fenced so it cannot close its block.
+
+Truncation never cuts the instruction or the forced prefix: only the answers are shortened,
+and the judgment records ``truncated``.
+
+Pure: a judge is a served member (:class:`sparta.backends.Served`); only its tokenizer and
+its two primitives are used here.
 """
 
 from __future__ import annotations
@@ -19,8 +30,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from .chat import chat_text
-from .settings import Sampling
+from .chat import chat_ids
+from .settings import JudgeSettings
 
 JUDGE_PROMPT = (
     "Please act as an impartial judge and evaluate the quality of the response to the "
@@ -29,9 +40,19 @@ JUDGE_PROMPT = (
     "[Instruction]\n{prompt}\n\n[Response]\n{response}\n[End of response]\n\n"
     'Output only a JSON object of the form {{"score": N}}, where N is an integer from 1 to 10.'
 )
+PAIRWISE_PROMPT = (
+    "Please act as an impartial judge and compare the two responses to the instruction below. "
+    "Consider which one is more correct, helpful, relevant and clear; their order and length "
+    "do not matter.\n\n"
+    "[Instruction]\n{prompt}\n\n[Response A]\n{a}\n[End of response A]\n\n"
+    "[Response B]\n{b}\n[End of response B]\n\n"
+    'Output only a JSON object of the form {{"better": "A"}} or {{"better": "B"}}.'
+)
 ASSISTANT_PREFIX = '{"score": '
+PAIRWISE_PREFIX = '{"better": "'
 SCORES = tuple(range(1, 11))
 TRUNCATION_MARK = " [...]"
+REMOVED = "[removed]"
 
 
 @dataclass(frozen=True)
@@ -46,43 +67,143 @@ class Judgment:
     raw: str
     error: str | None
     truncated: bool
+    sanitized: bool = False
 
 
-def judge_text(tok, item: JudgeItem, max_length: int, system: str | None, prefix: str) -> tuple[str, bool]:
-    """The judge's full prompt text (chat template + prefix) within ``max_length`` tokens.
+# --- defences ---------------------------------------------------------------------------------
 
-    Only the response is ever shortened (from its end), so the scoring instruction and the
-    assistant prefix always survive. Raises if even an empty response does not fit.
-    """
+_NUM = r"(?:10|[0-9])(?:\.\d+)?"
+_SCORE_LIKE = [
+    # {"score": 10}, {'rating': 9}, "score": 10
+    re.compile(r"\{[^{}]{0,40}\b(?:score|rating|grade|verdict|better)\b[^{}]{0,40}\}", re.I),
+    re.compile(r"[\"']?\b(?:score|rating|grade)[\"']?\s*[:=]\s*[\"']?" + _NUM + r"\b(?:\s*/\s*10\b)?", re.I),
+    # "Score: 10/10", "rated 10 out of 10", "10/10" (not inside arithmetic: no operator around)
+    re.compile(
+        r"(?<![\d.+\-*/=]\s)(?<![\d.+\-*/=])\b" + _NUM + r"\s*(?:/|out of)\s*10\b(?!\s*[+\-*/=])", re.I
+    ),
+    re.compile(r"\b(?:score|rate|rating|grade)\b[^.\n]{0,20}\b(?:is|of|:)\s*" + _NUM + r"\b", re.I),
+]
+_TO_THE_JUDGE = [
+    # a bracketed or parenthesised note addressed to the judge, evaluator, grader, reviewer
+    re.compile(
+        r"[\[(][^\])\n]{0,200}\b(?:judge|evaluator|grader|reviewer|assessor)s?\b[^\])\n]{0,300}[\])]", re.I
+    ),
+    # a sentence or line addressed to the judge, or telling it what to do
+    re.compile(
+        r"(?:^|(?<=[.!?\n]))[^.!?\n]{0,80}\b(?:note to the (?:judge|evaluator|grader)"
+        r"|dear (?:judge|evaluator|grader)|(?:judge|evaluator|grader|reviewer)s?\s*[:,])[^\n]{0,300}",
+        re.I | re.M,
+    ),
+    re.compile(
+        r"[^.!?\n]{0,80}\bignore (?:all |the )?(?:previous|above|prior) instructions?\b[^\n]{0,300}", re.I
+    ),
+]
+_BLOCK_MARKERS = re.compile(r"\[(?:end of )?(?:instruction|response(?: [ab])?)\]", re.I)
 
-    def build(response: str) -> str:
-        return chat_text(tok, JUDGE_PROMPT.format(prompt=item.prompt, response=response), system, prefix)
 
-    def n_tokens(text: str) -> int:
-        return len(tok(text, add_special_tokens=False)["input_ids"])
+def suspicious(text: str) -> bool:
+    """Whether ``text`` holds score-like text or a note addressed to the judge (what an answer
+    could use to talk a judge into a higher score)."""
+    return any(p.search(text) for p in (*_SCORE_LIKE, *_TO_THE_JUDGE))
 
-    text = build(item.response)
-    if n_tokens(text) <= max_length:
-        return text, False
-    resp_ids = tok(item.response, add_special_tokens=False)["input_ids"]
-    overflow = n_tokens(text) - max_length
-    keep = max(0, len(resp_ids) - overflow - 8)
+
+def sanitize(text: str) -> tuple[str, bool]:
+    """``text`` with score-like text and notes addressed to the judge replaced by a marker;
+    and whether anything was replaced."""
+    out = text
+    for pattern in (*_TO_THE_JUDGE, *_SCORE_LIKE):
+        out = pattern.sub(REMOVED, out)
+    return out, out != text
+
+
+def fence(text: str) -> str:
+    """``text`` inside a fence it cannot close: a run of backticks longer than any in it, and
+    the prompt's own block markers ([Response], [End of response], ...) made inert."""
+    text = _BLOCK_MARKERS.sub(lambda m: "(" + m.group(0)[1:-1] + ")", text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    bar = "`" * max(3, longest + 1)
+    return f"{bar}\n{text}\n{bar}"
+
+
+def defences(cfg: JudgeSettings) -> str:
+    """The defences a judgment was made with, as recorded in the judgments table."""
+    on = [
+        name
+        for name, flag in (("plain_text", cfg.plain_text), ("sanitize", cfg.sanitize), ("fence", cfg.fence))
+        if flag
+    ]
+    return ",".join(on) or "none"
+
+
+# --- prompts -----------------------------------------------------------------------------------
+
+
+def _prepared(response: str, cfg: JudgeSettings) -> tuple[str, bool]:
+    return sanitize(response) if cfg.sanitize else (response, False)
+
+
+def _fill(prompt: str, answers: list[str], cfg: JudgeSettings) -> str:
+    shown = [fence(a) if cfg.fence else a for a in answers]
+    if len(shown) == 1:
+        return JUDGE_PROMPT.format(prompt=prompt, response=shown[0])
+    return PAIRWISE_PROMPT.format(prompt=prompt, a=shown[0], b=shown[1])
+
+
+def judge_ids(
+    tok, prompt: str, answers: list[str], cfg: JudgeSettings, system: str | None, prefix: str
+) -> tuple[str, list[int], bool]:
+    """The judge's user message and prompt ids (chat template + forced prefix) within
+    ``cfg.max_length`` tokens, for one answer (pointwise) or two (pairwise); and whether
+    answers were shortened.
+
+    Only the answers are ever shortened (from their ends, all alike), so the instruction and
+    the prefix always survive. Raises if even empty answers do not fit."""
+
+    def build(parts: list[str]) -> tuple[str, list[int]]:
+        user = _fill(prompt, parts, cfg)
+        return user, chat_ids(tok, user, system, prefix, plain=cfg.plain_text)
+
+    user, ids = build(answers)
+    if len(ids) <= cfg.max_length:
+        return user, ids, False
+    tokens = [tok(a, add_special_tokens=False, split_special_tokens=True)["input_ids"] for a in answers]
+    keep = max(0, max(len(t) for t in tokens) - (len(ids) - cfg.max_length) // len(answers) - 8)
     while True:
-        text = build(tok.decode(resp_ids[:keep]) + TRUNCATION_MARK)
-        if n_tokens(text) <= max_length:
-            return text, True
+        cut = [tok.decode(t[:keep]) + TRUNCATION_MARK if len(t) > keep else tok.decode(t) for t in tokens]
+        user, ids = build(cut)
+        if len(ids) <= cfg.max_length:
+            return user, ids, True
         if keep == 0:
             raise ValueError(
-                f"judge max_length {max_length} is too small for the instruction and prompt alone; "
-                f"raise judge.max_length"
+                f"judge.max_length {cfg.max_length} is too small for the instruction and prompt alone; "
+                "raise judge.max_length"
             )
-        keep = max(0, keep - max(1, (n_tokens(text) - max_length)))
+        keep = max(0, keep - max(1, (len(ids) - cfg.max_length) // len(answers)))
 
+
+def candidate_ids(full: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Shared prompt ids and each candidate's continuation, from the ids of the prompt with
+    each candidate appended (tokenized together, so a merge across the boundary, or "10"
+    split into "1" "0", is scored exactly)."""
+    common = 0
+    while all(len(f) > common for f in full) and len({f[common] for f in full}) == 1:
+        common += 1
+    return full[0][:common], [f[common:] for f in full]
+
+
+# --- parsing ------------------------------------------------------------------------------------
 
 _PATTERNS = [
     ("json key", re.compile(r'"score"\s*:\s*"?(-?\d+(?:\.\d+)?)')),
     ("score label", re.compile(r"\bscore\s*(?:is|[:=])?\s*(-?\d+(?:\.\d+)?)", re.I)),
     ("fraction", re.compile(r"(-?\d+(?:\.\d+)?)\s*(?:/|out of)\s*10\b", re.I)),
+]
+_WINNER = [
+    re.compile(r'"better"\s*:\s*"?\s*\[?([AB])\b', re.I),
+    re.compile(r"\[\[([AB])\]\]"),
+    re.compile(r"\b(?:response|answer|assistant)\s+([AB])\s+is\s+(?:better|superior|preferred)", re.I),
+    re.compile(r"\bbetter\b[^A-Za-z]{0,10}(?:response\s+|answer\s+)?([AB])\b", re.I),
+    re.compile(r"^\s*\W{0,3}([AB])\W{0,3}\s*$"),
 ]
 
 
@@ -114,71 +235,123 @@ def parse_score(text: str) -> tuple[float | None, str | None]:
     return found, None
 
 
-def judge_by_generation(
-    judge,
-    items: list[JudgeItem],
-    sampling: Sampling,
-    seed: int,
-    max_length: int,
-    system: str | None,
-    batch_size: int,
-) -> list[Judgment]:
-    """Sample the judge's answer for each item and parse it (mode ``generate``)."""
-    built = [judge_text(judge.tok, it, max_length, system, "") for it in items]
-    outs = judge.generate([t for t, _ in built], sampling, seed, batch_size, desc="judge")
-    result = []
-    for out, (_, truncated) in zip(outs, built):
-        score, error = parse_score(out.text)
-        result.append(Judgment(score, out.text, error, truncated))
-    return result
+def parse_winner(text: str) -> tuple[str | None, str | None]:
+    """ "A" or "B" from a pairwise judge's text (JSON first, then a cascade of patterns), or
+    (None, what went wrong)."""
+    for pattern in _WINNER:
+        m = pattern.search(text)
+        if m:
+            return m.group(1).upper(), None
+    return None, "no verdict (A or B) found in judge output"
 
 
-def candidate_ids(tok, text: str, scores=SCORES) -> tuple[list[int], list[list[int]]]:
-    """Shared prompt ids and the continuations "1}".."10}" (or any score range) after ``text``.
-
-    Each candidate is tokenized together with the prompt, so a tokenizer that merges the
-    prefix's last token with a digit, or splits "10" into "1" "0", is handled exactly.
-    """
-    full = [tok(text + f"{s}}}", add_special_tokens=False)["input_ids"] for s in scores]
-    common = 0
-    while all(len(f) > common for f in full) and len({f[common] for f in full}) == 1:
-        common += 1
-    return full[0][:common], [f[common:] for f in full]
+# --- judging ------------------------------------------------------------------------------------
 
 
-def judge_by_expectation(
-    judge, items: list[JudgeItem], max_length: int, system: str | None, batch_size: int
-) -> list[Judgment]:
-    """Exact probability of each score string, and its expectation (mode ``expected``).
-
-    P(s) is normalised over the ten strings; ``raw`` holds the distribution and the
-    probability mass the ten strings had before normalising.
-    """
-    built = [judge_text(judge.tok, it, max_length, system, ASSISTANT_PREFIX) for it in items]
-    return score_texts(judge, [t for t, _ in built], [c for _, c in built], SCORES, batch_size)
-
-
-def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):
-    """Expected score of free-form judge prompts (e.g. against a reference answer)."""
-    texts = [chat_text(judge.tok, u, system, ASSISTANT_PREFIX) for u in user_texts]
-    return score_texts(judge, texts, [False] * len(texts), tuple(scores), batch_size)
-
-
-def score_texts(judge, texts: list[str], truncated: list[bool], scores, batch_size: int) -> list[Judgment]:
-    prepared = [candidate_ids(judge.tok, t, scores) for t in texts]
-    logps = judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], batch_size)
-    return [expectation(lp, cut, scores) for lp, cut in zip(logps, truncated)]
-
-
-def expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
-    """The expected score under the candidates' log-probabilities, normalised over them."""
+def _expectation(logps: list[float], values) -> tuple[float | None, list[float], float]:
+    """(expected value, the candidates' normalised probabilities, their total mass)."""
     top = max(logps)
     weights = [math.exp(lp - top) for lp in logps]
     z = sum(weights)
     probs = [w / z for w in weights]
-    mass = math.exp(top) * z
-    score = sum(s * p for s, p in zip(scores, probs))
+    value = sum(v * p for v, p in zip(values, probs))
+    return (value if math.isfinite(value) else None), probs, math.exp(top) * z
+
+
+def expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
+    """The expected score under the candidates' log-probabilities, normalised over them."""
+    score, probs, mass = _expectation(logps, scores)
     raw = json.dumps({"probs": [round(p, 6) for p in probs], "mass": mass})
-    if not math.isfinite(score):
+    if score is None:
         return Judgment(None, raw, "non-finite score probabilities", truncated)
     return Judgment(score, raw, None, truncated)
+
+
+def judge_duels(
+    judge, items: list[JudgeItem], cfg: JudgeSettings, system: str | None, seeds=None
+) -> list[Judgment]:
+    """Judge duels: ``items`` holds each duel's two answers in turn (a, b, a, b, ...), and
+    ``judge`` serves one request per item (the member judging it). Returns one Judgment per
+    item: the score of that answer on the 1-10 scale, in either format and mode. ``seeds``
+    (one per item) seed the sampling of mode generate.
+
+    Each duel makes two requests: each answer alone (pointwise), or both answers in both
+    orders (pairwise)."""
+    if len(items) % 2:
+        raise ValueError("items come in pairs: the two answers of each duel")
+    pairs = cfg.format == "pairwise"
+    prefix = (PAIRWISE_PREFIX if pairs else ASSISTANT_PREFIX) if cfg.mode == "expected" else ""
+    built, sanitized = [], []
+    for a, b in zip(items[0::2], items[1::2]):
+        (ya, sa), (yb, sb) = _prepared(a.response, cfg), _prepared(b.response, cfg)
+        for shown in ([ya, yb], [yb, ya]) if pairs else ([ya], [yb]):
+            built.append(judge_ids(judge.tok, a.prompt, shown, cfg, system, prefix))
+        sanitized += [sa, sb]
+    if not built:
+        return []
+    cut = [c for _, _, c in built]
+    if cfg.mode == "expected":
+        candidates = ('A"}', 'B"}') if pairs else tuple(f"{s}}}" for s in SCORES)
+        prepared = [
+            candidate_ids(
+                [chat_ids(judge.tok, user, system, prefix + c, plain=cfg.plain_text) for c in candidates]
+            )
+            for user, _, _ in built
+        ]
+        logps = judge.continuation_logprobs(
+            [p for p, _ in prepared], [c for _, c in prepared], cfg.batch_size
+        )
+    else:
+        outs = judge.generate(
+            [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.batch_size, "judge"
+        )
+    result: list[Judgment] = []
+    for k in range(0, len(built), 2):
+        if cfg.mode == "expected" and not pairs:
+            pair = (expectation(logps[k], cut[k]), expectation(logps[k + 1], cut[k + 1]))
+        elif cfg.mode == "expected":
+            pa, probs_ab, _ = _expectation(logps[k], (1.0, 0.0))  # order (a, b): P("A")
+            pb, probs_ba, _ = _expectation(logps[k + 1], (0.0, 1.0))  # order (b, a): P("B")
+            raw = json.dumps({"ab": [round(p, 6) for p in probs_ab], "ba": [round(p, 6) for p in probs_ba]})
+            p_a = None if pa is None or pb is None else (pa + pb) / 2
+            pair = _pairwise(p_a, raw, cut[k] or cut[k + 1])
+        elif not pairs:
+            pair = tuple(_parsed(outs[j].text, cut[j]) for j in (k, k + 1))
+        else:
+            votes = []
+            for out, a_is in ((outs[k], "A"), (outs[k + 1], "B")):
+                winner, _ = parse_winner(out.text)
+                if winner is not None:
+                    votes.append(1.0 if winner == a_is else 0.0)
+            raw = json.dumps({"ab": outs[k].text, "ba": outs[k + 1].text})
+            pair = _pairwise(sum(votes) / len(votes) if votes else None, raw, cut[k] or cut[k + 1])
+        result += [_flag(pair[0], sanitized[k]), _flag(pair[1], sanitized[k + 1])]
+    return result
+
+
+def _parsed(text: str, truncated: bool) -> Judgment:
+    score, error = parse_score(text)
+    return Judgment(score, text, error, truncated)
+
+
+def _pairwise(p_a: float | None, raw: str, truncated: bool) -> tuple[Judgment, Judgment]:
+    """The pointwise-scale scores of both answers from P(a better)."""
+    if p_a is None:
+        error = "no usable verdict in either order"
+        return Judgment(None, raw, error, truncated), Judgment(None, raw, error, truncated)
+    return Judgment(1 + 9 * p_a, raw, None, truncated), Judgment(10 - 9 * p_a, raw, None, truncated)
+
+
+def _flag(j: Judgment, sanitized: bool) -> Judgment:
+    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized)
+
+
+def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):
+    """Expected score of free-form judge prompts (e.g. against a reference answer)."""
+    tok = judge.tok
+    prepared = [
+        candidate_ids([chat_ids(tok, u, system, ASSISTANT_PREFIX + f"{s}}}") for s in scores])
+        for u in user_texts
+    ]
+    logps = judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], batch_size)
+    return [expectation(lp, False, tuple(scores)) for lp in logps]

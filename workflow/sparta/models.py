@@ -48,43 +48,68 @@ def load_base(base: str | os.PathLike, device: torch.device, dtype: torch.dtype)
     return model.to(device).eval()
 
 
+BASE_ADAPTER = "__base__"
+"""PEFT's adapter name for "no adapter" in a mixed-adapter batch."""
+
+
 class MemberLoader:
-    """Loads members, sharing one base model per base path in this process."""
+    """Loads members, sharing one base model per base path in this process: the adapters of
+    all members of a base sit side by side in one PEFT model, named after their members."""
 
     def __init__(self, device: str = "auto", dtype: str = "auto"):
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         self._bases: dict[str, object] = {}
         self._tokenizers: dict[str, object] = {}
-        self._adapters: dict[str, set[str]] = {}
+        self._adapters: dict[str, dict[str, str]] = {}  # base -> adapter name -> folder
 
     def tokenizer(self, spec: MemberSpec):
         if spec.base not in self._tokenizers:
             self._tokenizers[spec.base] = load_tokenizer(spec.base)
         return self._tokenizers[spec.base]
 
-    def load(self, spec: MemberSpec):
-        """The model of ``spec``, with its adapter active (or all adapters off)."""
+    @staticmethod
+    def adapter_name(spec: MemberSpec) -> str:
+        return spec.name if spec.adapter is not None else BASE_ADAPTER
+
+    def load_all(self, specs) -> object:
+        """The model of the base of ``specs`` (one base) with every one of their adapters
+        loaded (names from :meth:`adapter_name`); which one applies is chosen per call."""
         from peft import PeftModel
 
-        model = self._bases.get(spec.base)
+        (base,) = {s.base for s in specs}
+        model = self._bases.get(base)
         if model is None:
-            log.info("loading base %s", spec.base)
-            model = load_base(spec.base, self.device, self.dtype)
-            self._bases[spec.base] = model
+            log.info("loading base %s", base)
+            model = load_base(base, self.device, self.dtype)
+            self._bases[base] = model
+        loaded = self._adapters.setdefault(base, {})
+        for spec in specs:
+            if spec.adapter is None:
+                continue
+            if loaded.get(spec.name, spec.adapter) != spec.adapter:
+                raise ValueError(
+                    f"two adapters named {spec.name} on {base}: {loaded[spec.name]}, {spec.adapter}"
+                )
+            if spec.name in loaded:
+                continue
+            check_adapter_folder(spec.adapter)
+            if not isinstance(model, PeftModel):
+                model = PeftModel.from_pretrained(model, spec.adapter, adapter_name=spec.name)
+                model.to(self.device).eval()
+                self._bases[base] = model
+            else:
+                model.load_adapter(spec.adapter, adapter_name=spec.name)
+            loaded[spec.name] = spec.adapter
+        return model
+
+    def load(self, spec: MemberSpec):
+        """The model of ``spec`` alone: its adapter active, or every adapter off."""
+        from peft import PeftModel
+
+        model = self.load_all([spec])
         if spec.adapter is None:
-            if isinstance(model, PeftModel):
-                return _AdaptersOff(model)
-            return model
-        check_adapter_folder(spec.adapter)
-        loaded = self._adapters.setdefault(spec.base, set())
-        if not isinstance(model, PeftModel):
-            model = PeftModel.from_pretrained(model, spec.adapter, adapter_name=spec.name)
-            model.to(self.device).eval()
-            self._bases[spec.base] = model
-        elif spec.name not in loaded:
-            model.load_adapter(spec.adapter, adapter_name=spec.name)
-        loaded.add(spec.name)
+            return _AdaptersOff(model) if isinstance(model, PeftModel) else model
         model.set_adapter(spec.name)
         return model
 

@@ -116,8 +116,18 @@ class GenerationSettings:
 class JudgeSettings:
     """Cross-judging of both answers of every duel by the members not in it."""
 
+    format: str = "pointwise"
+    """pointwise: each answer scored alone, 1-10 (paper); pairwise: both answers compared, in
+    both orders, P(a better) turned into scores 1 + 9 P and 10 - 9 P."""
     mode: str = "expected"
-    """expected: exact expectation over the ten score strings; generate: sample and parse."""
+    """expected: exact probabilities of the candidate verdicts; generate: sample and parse."""
+    plain_text: bool = True
+    """Special-token strings in a judged answer or prompt are tokenized as plain text."""
+    sanitize: bool = True
+    """Score-like text and notes addressed to the judge in an answer are replaced by a marker
+    before judging (the stored answer is never changed)."""
+    fence: bool = True
+    """The answer is shown inside a fence it cannot close."""
     max_length: int = 1024
     """Token budget of a judge prompt; only the judged response is ever shortened."""
     batch_size: int = 8
@@ -159,6 +169,8 @@ class DPOSettings:
     gradient_accumulation: int = 1
     max_length: int = 512
     loss_type: str = "sigmoid"
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less GPU memory, slower; same result."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,7 @@ class SFTSettings:
     lr_scheduler: str = "cosine"
     warmup_ratio: float = 0.1
     max_length: int = 256
+    gradient_checkpointing: bool = False
 
 
 # --- data, evaluation, analysis --------------------------------------------------------------
@@ -316,6 +329,9 @@ class Settings:
     system_prompt: str | None = "You are a helpful AI assistant."
     backend: str = "hf"
     fanout: str = "member"
+    dpo_fanout: str | None = None
+    """DPO jobs: member (one per member) or pool (one job trains every member on one base
+    load); None follows ``fanout``."""
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
     resources: ResourceSettings = field(default_factory=ResourceSettings)
     base_models: dict[str, BaseModel] = field(default_factory=dict)

@@ -58,6 +58,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("raw", _str),
             ("error", _str),
             ("truncated", pa.bool_()),
+            ("format", _str),  # pointwise | pairwise
+            ("defences", _str),  # the defences on: plain_text, sanitize, fence (or none)
+            ("sanitized", pa.bool_()),  # the sanitizer removed something from this answer
         ]
     ),
     # one row per duel in update order
@@ -182,6 +185,15 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("accuracy", _f64),
             ("accuracy_low", _f64),
             ("accuracy_high", _f64),
+        ]
+    ),
+    # per iteration: chosen / rejected answers holding score-like text or notes to the judge
+    "reward_hacking": pa.schema(
+        [("iteration", _i32), ("pairs", pa.int64())]
+        + [
+            (f"{side}_{x}", pa.int64() if x == "flagged" else _f64)
+            for side in ("chosen", "rejected")
+            for x in ("flagged", "share", "share_low", "share_high")
         ]
     ),
     # Pearson r between reputation and validation score, per task

@@ -49,15 +49,130 @@ def preference_dataset(prefs: pd.DataFrame, system: str | None):
     )
 
 
-def _trainable_member(spec: MemberSpec, lora: LoraSettings, device: str, dtype: str):
-    from peft import PeftModel, get_peft_model
+class TrainableMembers:
+    """Members made trainable one after another on one base load: each gets its adapter (or a
+    fresh LoRA) as PEFT's "default" adapter, trains, and is detached again."""
 
-    dev = pick_device(device)
-    base = load_base(spec.base, dev, pick_dtype(dtype, dev))
-    if spec.adapter is None:
-        return get_peft_model(base, lora_config(lora))
-    check_adapter_folder(spec.adapter)
-    return PeftModel.from_pretrained(base, spec.adapter, is_trainable=True)
+    def __init__(self, lora: LoraSettings, runtime: Runtime):
+        self.lora, self.runtime = lora, runtime
+        self.device = pick_device(runtime.device)
+        self.dtype = pick_dtype(runtime.dtype, self.device)
+        self.base: str | None = None
+        self.model = None
+
+    def attach(self, spec: MemberSpec, seed: int):
+        """The PEFT model with ``spec``'s adapter as its trainable "default" adapter. ``seed``
+        is set first: a fresh LoRA's A matrices are random."""
+        from peft import PeftModel, get_peft_model
+        from transformers import set_seed
+
+        if spec.base != self.base:
+            self.model, self.base = load_base(spec.base, self.device, self.dtype), spec.base
+        if spec.adapter is not None:
+            check_adapter_folder(spec.adapter)
+        set_seed(seed)
+        if not isinstance(self.model, PeftModel):
+            if spec.adapter is None:
+                self.model = get_peft_model(self.model, lora_config(self.lora))
+            else:
+                self.model = PeftModel.from_pretrained(self.model, spec.adapter, is_trainable=True)
+        elif spec.adapter is None:
+            self.model.add_adapter("default", lora_config(self.lora))
+        else:
+            self.model.load_adapter(spec.adapter, adapter_name="default", is_trainable=True)
+        self.model.set_adapter("default")
+        return self.model
+
+    def detach(self) -> None:
+        """Drop the member's adapter and TRL's frozen "ref" copy of it; the base stays."""
+        for name in ("ref", "default"):
+            if name in self.model.peft_config:
+                self.model.delete_adapter(name)
+
+
+def dpo_members(
+    members: list[tuple[MemberSpec, Path, int]],
+    prefs: pd.DataFrame,
+    params: DPOSettings,
+    lora: LoraSettings,
+    runtime: Runtime,
+) -> list[dict]:
+    """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
+    another on one base load; each adapter is saved under ``<output folder>/adapter``.
+
+    The reference policy is the member as it enters the iteration: TRL copies its adapter to
+    a frozen "ref" adapter, and the reference log-probabilities are computed once per pair
+    before training. With no pairs a member is saved unchanged (a member without an adapter
+    gets a fresh LoRA, which is the base itself). Returns one summary per member (pairs,
+    steps, final loss, the trainer's log history)."""
+    from transformers import set_seed
+    from trl import DPOConfig, DPOTrainer
+
+    trainable = TrainableMembers(lora, runtime)
+    summaries = []
+    tok = None
+    for spec, out_dir, seed in members:
+        out_dir = Path(out_dir)
+        adapter_dir = out_dir / "adapter"
+        if len(prefs) == 0:
+            log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
+            if spec.adapter is not None:
+                shutil.copytree(spec.adapter, adapter_dir, dirs_exist_ok=True)
+            else:
+                trainable.attach(spec, seed).save_pretrained(adapter_dir, selected_adapters=["default"])
+                trainable.detach()
+            summaries.append({"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []})
+            continue
+        if tok is None or trainable.base != spec.base:
+            tok = load_tokenizer(spec.base)
+            tok.padding_side = "right"
+        model = trainable.attach(spec, seed)
+        args = DPOConfig(
+            output_dir=str(out_dir / "trainer"),
+            beta=params.beta,
+            loss_type=[params.loss_type],
+            learning_rate=params.learning_rate,
+            lr_scheduler_type=params.lr_scheduler,
+            warmup_steps=params.warmup_ratio,  # a float in [0, 1) is a ratio of total steps
+            weight_decay=params.weight_decay,
+            num_train_epochs=params.epochs,
+            per_device_train_batch_size=params.batch_size,
+            gradient_accumulation_steps=params.gradient_accumulation,
+            gradient_checkpointing=params.gradient_checkpointing,
+            max_length=params.max_length,
+            precompute_ref_log_probs=True,
+            seed=seed,
+            data_seed=seed,
+            logging_steps=1,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=trainable.device.type == "cpu",
+            bf16=trainable.dtype == torch.bfloat16,
+            dataloader_num_workers=0,
+            disable_tqdm=False,
+        )
+        set_seed(seed)
+        trainer = DPOTrainer(
+            model=model,
+            args=args,
+            train_dataset=preference_dataset(prefs, runtime.system_prompt),
+            processing_class=tok,
+        )
+        result = trainer.train()
+        # save only the member's own adapter, not TRL's frozen "ref" copy
+        model.save_pretrained(adapter_dir, selected_adapters=["default"])
+        shutil.rmtree(out_dir / "trainer", ignore_errors=True)
+        trainable.detach()
+        summaries.append(
+            {
+                "pairs": len(prefs),
+                "steps": int(result.global_step),
+                "train_loss": float(result.training_loss),
+                "adapter": str(adapter_dir),
+                "log_history": list(trainer.state.log_history),
+            }
+        )
+    return summaries
 
 
 def dpo_member(
@@ -69,71 +184,8 @@ def dpo_member(
     runtime: Runtime,
     seed: int,
 ) -> dict:
-    """Train one member on all of an iteration's pairs; save its adapter under ``out_dir``.
-    ``seed`` is this member's (derived from the run's seed); ``runtime`` gives device,
-    dtype and the system prompt.
-
-    Returns a summary (pairs, steps, final loss). With no pairs the adapter is copied
-    unchanged, and the log says so.
-    """
-    from transformers import set_seed
-
-    out_dir = Path(out_dir)
-    adapter_dir = out_dir / "adapter"
-    device, dtype = runtime.device, runtime.dtype
-    if len(prefs) == 0:
-        log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
-        if spec.adapter is not None:
-            shutil.copytree(spec.adapter, adapter_dir, dirs_exist_ok=True)
-        else:  # a fresh LoRA (B = 0) is the base itself; every checkpoint is then an adapter
-            set_seed(seed)
-            _trainable_member(spec, lora, device, dtype).save_pretrained(adapter_dir)
-        return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir)}
-
-    from trl import DPOConfig, DPOTrainer
-
-    set_seed(seed)  # before a fresh LoRA is initialised (its A matrices are random)
-    tok = load_tokenizer(spec.base)
-    tok.padding_side = "right"
-    model = _trainable_member(spec, lora, device, dtype)
-    args = DPOConfig(
-        output_dir=str(out_dir / "trainer"),
-        beta=params.beta,
-        loss_type=[params.loss_type],
-        learning_rate=params.learning_rate,
-        lr_scheduler_type=params.lr_scheduler,
-        warmup_steps=params.warmup_ratio,  # a float in [0, 1) is a ratio of total steps
-        weight_decay=params.weight_decay,
-        num_train_epochs=params.epochs,
-        per_device_train_batch_size=params.batch_size,
-        gradient_accumulation_steps=params.gradient_accumulation,
-        max_length=params.max_length,
-        seed=seed,
-        data_seed=seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=pick_device(device).type == "cpu",
-        bf16=pick_dtype(dtype, pick_device(device)) == torch.bfloat16,
-        dataloader_num_workers=0,
-        disable_tqdm=False,
-    )
-    trainer = DPOTrainer(
-        model=model,
-        args=args,
-        train_dataset=preference_dataset(prefs, runtime.system_prompt),
-        processing_class=tok,
-    )
-    result = trainer.train()
-    # save only the member's own adapter, not TRL's frozen "ref" copy
-    trainer.model.save_pretrained(adapter_dir, selected_adapters=["default"])
-    shutil.rmtree(out_dir / "trainer", ignore_errors=True)
-    return {
-        "pairs": len(prefs),
-        "steps": int(result.global_step),
-        "train_loss": float(result.training_loss),
-        "adapter": str(adapter_dir),
-    }
+    """DPO of one member (see :func:`dpo_members`); ``seed`` is this member's."""
+    return dpo_members([(spec, Path(out_dir), seed)], prefs, params, lora, runtime)[0]
 
 
 def sft_member(
@@ -184,6 +236,7 @@ def sft_member(
         report_to=[],
         use_cpu=dev.type == "cpu",
         dataloader_num_workers=0,
+        gradient_checkpointing=params.gradient_checkpointing,
     )
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora_config(lora)

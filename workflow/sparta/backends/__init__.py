@@ -1,14 +1,20 @@
 """Model backends behind one small interface: what combat, judging and evaluation need.
 
 A backend holds the base model(s) of one job and serves its members (a base plus an optional
-LoRA adapter). A served member has a tokenizer ``tok`` and two primitives; everything else
-(judge prompts, the expected score, option log-likelihoods) is written once on top of them,
-in :mod:`sparta.judging` and :mod:`sparta.evaluate`:
+LoRA adapter). Its two primitives take one member per request, so requests of different
+members of one base run in the same batches:
 
-- ``generate(texts, sampling, seed, batch_size, desc)``: one :class:`Generation` per prompt
-  text (already through the chat template), in input order;
-- ``continuation_logprobs(prompts, conts, batch_size)``: for each prompt (token ids) the
-  summed log-probability of each of its continuations (token ids).
+- ``generate(members, prompts, sampling, seeds, batch_size, desc)``: one :class:`Generation`
+  per prompt (token ids, already through the chat template: see :func:`sparta.chat.chat_ids`),
+  in input order; request i is answered by ``members[i]`` and sampled with its own
+  ``seeds[i]``, whatever else shares its batch;
+- ``continuation_logprobs(members, prompts, conts, batch_size)``: for each prompt (token ids)
+  the summed log-probability of each of its continuations (token ids) under ``members[i]``.
+
+:class:`Served` binds them to one member, or to one member per request, with the members'
+tokenizer ``tok``; everything else (judge prompts, the expected score, option
+log-likelihoods) is written once on top of it, in :mod:`sparta.judging` and
+:mod:`sparta.evaluate`.
 
 One module per backend: :mod:`sparta.backends.hf` (transformers + PEFT in this process, CPU
 or GPU) and :mod:`sparta.backends.vllm` (one vLLM engine per base, members as LoRA requests;
@@ -36,27 +42,66 @@ class Generation:
     finish_reason: str  # "stop" (end of turn) or "length" (max_new_tokens reached)
 
 
-class ServedMember(Protocol):
-    """One member, ready to answer and to score."""
+class Backend(Protocol):
+    """The models of one job."""
 
-    tok: Any
+    def tokenizer(self, spec: MemberSpec) -> Any: ...
 
     def generate(
-        self, texts: list[str], sampling: Sampling, seed: int, batch_size: int = 8, desc: str = "generate"
+        self,
+        members: list[MemberSpec],
+        prompts: list[list[int]],
+        sampling: Sampling,
+        seeds: list[int],
+        batch_size: int,
+        desc: str,
     ) -> list[Generation]: ...
 
     def continuation_logprobs(
-        self, prompts: list[list[int]], conts: list[list[list[int]]], batch_size: int = 8
+        self,
+        members: list[MemberSpec],
+        prompts: list[list[int]],
+        conts: list[list[list[int]]],
+        batch_size: int,
     ) -> list[list[float]]: ...
 
 
-class Backend(Protocol):
-    """The models of one job: ``serve(spec)`` gives a member (loaded on first use)."""
+class Served:
+    """A backend's primitives bound to one member (every request) or to one member per request
+    (a list, as long as the requests): what judging and evaluation call."""
 
-    def serve(self, spec: MemberSpec) -> ServedMember: ...
+    def __init__(self, backend: Backend, members: MemberSpec | Sequence[MemberSpec]):
+        self.backend = backend
+        self.members = members if isinstance(members, MemberSpec) else list(members)
+        first = self.members if isinstance(self.members, MemberSpec) else self.members[0]
+        self.tok = backend.tokenizer(first)
+
+    def _each(self, n: int) -> list[MemberSpec]:
+        if isinstance(self.members, MemberSpec):
+            return [self.members] * n
+        if len(self.members) != n:
+            raise ValueError(f"{n} requests for {len(self.members)} members: one member per request")
+        return self.members
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        seeds: Sequence[int],
+        batch_size: int = 8,
+        desc: str = "generate",
+    ) -> list[Generation]:
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds: one seed per request")
+        return self.backend.generate(
+            self._each(len(prompts)), list(prompts), sampling, list(seeds), batch_size, desc
+        )
+
+    def continuation_logprobs(self, prompts, conts, batch_size: int = 8) -> list[list[float]]:
+        return self.backend.continuation_logprobs(self._each(len(prompts)), prompts, conts, batch_size)
 
 
-def open_backend(backend: BackendSettings, runtime: Runtime, specs: Sequence[MemberSpec] = ()) -> Backend:
+def open_backend(backend: BackendSettings, runtime: Runtime, specs: Sequence[MemberSpec] = ()) -> Any:
     """The backend named in the settings, for a job that serves ``specs`` (vLLM sizes its LoRA
     slots from them)."""
     if backend.name not in BACKENDS:

@@ -1,97 +1,155 @@
 """Hugging Face backend: transformers + PEFT in this process, on CPU or GPU.
 
-Members of one base share its weights (:class:`~sparta.models.MemberLoader`); a served
-member activates its adapter on every call. Generation is batched with left padding and
-seeded; continuation log-probabilities run each prompt once and its continuations against
-the prompt's key/value cache.
+Every member of one base shares its weights: their LoRA adapters are loaded side by side into
+one PEFT model (:class:`~sparta.models.MemberLoader`), and requests of different members run
+in the same batches (PEFT's mixed-adapter batches, ``adapter_names``). Sampling draws each
+answer's tokens from its own seeded generator, so an answer does not depend on which other
+requests share its batch: a member's answers are the same whether its job serves one member
+or the whole pool.
 """
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from tqdm.auto import tqdm
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from ..chat import stop_token_ids
 from ..members import MemberSpec
 from ..models import MemberLoader
 from ..settings import BackendSettings, Runtime, Sampling
-from . import Generation, decode_answer
-
-
-class HFMember:
-    """A Hugging Face model (with its adapter active) and its tokenizer."""
-
-    def __init__(self, model, tok, activate=None):
-        self._model, self.tok, self._activate = model, tok, activate
-
-    @property
-    def model(self):
-        """The model with this member's adapter active: ``activate()`` (loaded on first use;
-        members of one base share its weights), or the model given."""
-        return self._activate() if self._activate is not None else self._model
-
-    def generate(
-        self, texts, sampling: Sampling, seed: int, batch_size: int = 8, desc: str = "generate"
-    ) -> list[Generation]:
-        return generate(self.model, self.tok, texts, sampling, seed, batch_size, desc)
-
-    def continuation_logprobs(self, prompts, conts, batch_size: int = 8) -> list[list[float]]:
-        return continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size)
+from . import Generation, Served, decode_answer
 
 
 class HFBackend:
     """Serves members of any number of bases from one :class:`MemberLoader`."""
 
-    def __init__(self, runtime: Runtime):
+    def __init__(self, runtime: Runtime, specs=()):
         self.loader = MemberLoader(runtime.device, runtime.dtype)
+        self.specs = list(specs)
 
-    def serve(self, spec: MemberSpec) -> HFMember:
-        loader = self.loader
-        return HFMember(None, loader.tokenizer(spec), activate=lambda: loader.load(spec))
+    def serve(self, spec: MemberSpec) -> Served:
+        return Served(self, spec)
+
+    def serve_each(self, specs: list[MemberSpec]) -> Served:
+        return Served(self, list(specs))
+
+    def tokenizer(self, spec: MemberSpec):
+        return self.loader.tokenizer(spec)
+
+    def _model(self, members: list[MemberSpec]):
+        """The model holding every adapter of ``members`` (one base), and each row's adapter
+        name (None for a plain model without adapters)."""
+        bases = {m.base for m in members}
+        if len(bases) != 1:
+            raise ValueError(f"one call serves members of one base, got {sorted(bases)}")
+        model = self.loader.load_all(list({m.name: m for m in members}.values()))
+        if not hasattr(model, "peft_config"):
+            return model, None
+        return model, [self.loader.adapter_name(m) for m in members]
+
+    def generate(self, members, prompts, sampling: Sampling, seeds, batch_size=8, desc="generate"):
+        if not prompts:
+            return []
+        model, names = self._model(members)
+        return generate(model, self.tokenizer(members[0]), prompts, sampling, seeds, batch_size, desc, names)
+
+    def continuation_logprobs(self, members, prompts, conts, batch_size=8):
+        if not prompts:
+            return []
+        model, names = self._model(members)
+        pad = self.tokenizer(members[0]).pad_token_id
+        return continuation_logprobs(model, pad, prompts, conts, batch_size, names)
 
 
 def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> HFBackend:
-    return HFBackend(runtime)
+    return HFBackend(runtime, specs)
+
+
+class HFMember:
+    """A plain Hugging Face model (no adapter switching) and its tokenizer, with the
+    :class:`~sparta.backends.Served` interface: for tests and benchmarks on a model in hand."""
+
+    def __init__(self, model, tok):
+        self.model, self.tok = model, tok
+
+    def generate(self, prompts, sampling: Sampling, seeds, batch_size=8, desc="generate") -> list[Generation]:
+        return generate(self.model, self.tok, prompts, sampling, list(seeds), batch_size, desc)
+
+    def continuation_logprobs(self, prompts, conts, batch_size=8) -> list[list[float]]:
+        return continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size)
+
+
+class SeededSampler(LogitsProcessor):
+    """Temperature, top-k and top-p, then one draw per row from that row's own generator.
+    Returns scores that are -inf but for the drawn token, so greedy decoding takes it: a row's
+    tokens depend only on its seed and its own logits, never on the rest of its batch."""
+
+    def __init__(self, seeds, sampling: Sampling, device):
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+        self.sampling = sampling
+
+    def __call__(self, input_ids, scores):
+        s = self.sampling
+        logits = scores.float() / s.temperature
+        k = s.top_k if s.top_k and s.top_k < logits.shape[-1] else logits.shape[-1]
+        top, index = torch.topk(logits, k, dim=-1)  # sorted: the top-k tokens, best first
+        if s.top_p < 1.0:
+            probs = top.softmax(-1)
+            drop = probs.cumsum(-1) - probs >= s.top_p  # keep the smallest set reaching top_p
+            top = top.masked_fill(drop, float("-inf"))
+        probs = top.softmax(-1)
+        picks = [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(self.generators)]
+        drawn = index.gather(1, torch.stack(picks))
+        return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
 
 
 @torch.no_grad()
 def generate(
     model,
     tok,
-    texts: list[str],
+    prompts: list[list[int]],
     sampling: Sampling,
-    seed: int,
+    seeds: list[int],
     batch_size: int = 8,
     desc: str = "generate",
+    adapter_names: list[str] | None = None,
 ) -> list[Generation]:
-    """Generate one answer per prompt text (already through the chat template).
+    """One answer per prompt (token ids, already through the chat template), in input order.
 
-    Prompts are sorted by length and generated in batches with left padding; the result is
-    returned in input order. One seed for the whole call makes the output reproducible.
-    """
-    if not texts:
+    Prompts are sorted by length and generated in batches with left padding; each row uses
+    its own adapter (``adapter_names``) and its own seed (``seeds``)."""
+    if not prompts:
         return []
-    torch.manual_seed(seed)
     device = next(model.parameters()).device
     stops = stop_token_ids(tok)
-    lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-    out: list[Generation | None] = [None] * len(texts)
-    kwargs = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=tok.pad_token_id, eos_token_id=stops)
-    if sampling.greedy:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    else:
-        kwargs.update(
-            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k
-        )
-    with tqdm(total=len(texts), desc=desc, unit="prompt") as bar:
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    out: list[Generation | None] = [None] * len(prompts)
+    # an explicit config: nothing from the checkpoint's generation_config (penalties,
+    # sampling flags) is applied behind our back
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=sampling.max_new_tokens,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=stops,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=50,
+        repetition_penalty=1.0,
+    )
+    with tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=False)
-            enc = {k: v.to(device) for k, v in enc.items()}
-            seqs = model.generate(**enc, **kwargs)
+            enc = {
+                k: v.to(device) for k, v in _left_padded([prompts[i] for i in idx], tok.pad_token_id).items()
+            }
+            extra = {}
+            if adapter_names is not None:
+                extra["adapter_names"] = [adapter_names[i] for i in idx]
+            if not sampling.greedy:
+                sampler = SeededSampler([seeds[i] for i in idx], sampling, device)
+                extra["logits_processor"] = LogitsProcessorList([sampler])
+            seqs = model.generate(**enc, generation_config=config, **extra)
             new = seqs[:, enc["input_ids"].shape[1] :].tolist()
             for i, ids in zip(idx, new):
                 out[i] = decode_answer(tok, ids, stops)
@@ -99,75 +157,86 @@ def generate(
     return out  # type: ignore[return-value]
 
 
-@torch.no_grad()
-def continuation_logprobs(model, pad: int, prompts, conts, batch_size: int) -> list[list[float]]:
-    """Summed log-probability of each continuation after its prompt (token ids).
+def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return {"input_ids": ids, "attention_mask": mask}
 
-    Prompts are sorted by length and batched with left padding; each prompt runs once and
-    its continuations run against its cache. Rows of one batch have the same number of
-    continuations."""
+
+@torch.no_grad()
+def continuation_logprobs(
+    model, pad: int, prompts, conts, batch_size: int, adapter_names: list[str] | None = None
+) -> list[list[float]]:
+    """Summed log-probability of each continuation after its prompt (token ids), each row
+    under its own adapter. Prompts are sorted by length and batched with left padding."""
     device = next(model.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: (len(conts[i]), -len(prompts[i])))
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     out: list[list[float]] = [[] for _ in prompts]
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
-        start = 0
-        while start < len(order):
-            width = len(conts[order[start]])
-            idx = [i for i in order[start : start + batch_size] if len(conts[i]) == width]
-            rows = _candidate_logprobs(model, [prompts[i] for i in idx], [conts[i] for i in idx], pad, device)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            names = [adapter_names[i] for i in idx] if adapter_names is not None else None
+            rows = _tree_logprobs(
+                model, [prompts[i] for i in idx], [conts[i] for i in idx], pad, device, names
+            )
             for i, lp in zip(idx, rows):
                 out[i] = lp
-            start += len(idx)
             bar.update(len(idx))
     return out
 
 
-def _candidate_logprobs(model, prompts, conts, pad, device) -> list[list[float]]:
-    b, c = len(prompts), len(conts[0])
+def _tree_logprobs(model, prompts, conts, pad, device, names=None) -> list[list[float]]:
+    """One forward pass for a batch of prompts and all their continuations at once.
+
+    Each row is its left-padded prompt followed by every continuation's tokens but the last,
+    laid side by side; a 4D attention mask lets a continuation token see the prompt and its
+    own earlier tokens only (a tree: the continuations never see each other), and position
+    ids continue the prompt's. So the prompt is computed once, no key/value cache is copied
+    per continuation, and only the logits of the last prompt position and of the
+    continuation tokens are kept."""
+    b = len(prompts)
     width = max(len(p) for p in prompts)
-    ids = torch.full((b, width), pad, dtype=torch.long)
-    mask = torch.zeros((b, width), dtype=torch.long)
-    for i, p in enumerate(prompts):  # left padding
-        ids[i, width - len(p) :] = torch.tensor(p)
-        mask[i, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    first = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    last_logp = torch.log_softmax(first.logits[:, -1].float(), -1)  # (b, vocab)
-    cache = first.past_key_values
-    cache.batch_repeat_interleave(c)
-    clen = max(len(x) for row in conts for x in row)
-    cont = torch.full((b * c, clen), pad, dtype=torch.long)
-    cmask = torch.zeros((b * c, clen), dtype=torch.long)
-    for i, row in enumerate(conts):
-        for j, x in enumerate(row):
-            cont[i * c + j, : len(x)] = torch.tensor(x)
-            cmask[i * c + j, : len(x)] = 1
-    cont, cmask = cont.to(device), cmask.to(device)
-    full_mask = torch.cat([mask.repeat_interleave(c, 0), cmask], dim=1)
-    start = pos[:, -1:].repeat_interleave(c, 0) + 1
-    cpos = start + torch.arange(clen, device=device)
-    nxt = model(
-        input_ids=cont,
-        attention_mask=full_mask,
-        position_ids=cpos,
-        use_cache=True,
-        **{_cache_kwarg(model): cache},
-    )
-    logp = torch.log_softmax(nxt.logits.float(), -1)  # (b*c, clen, vocab)
+    # per row: (continuation j, its token k) of every appended token, continuations consecutive
+    tails = [[(j, k) for j, x in enumerate(row) for k in range(len(x) - 1)] for row in conts]
+    extra = max(len(t) for t in tails)
+    total = width + extra
+    ids = torch.full((b, total), pad, dtype=torch.long)
+    pos = torch.zeros((b, total), dtype=torch.long)
+    attend = torch.eye(total, dtype=torch.bool).repeat(b, 1, 1)  # padding sees itself: no empty row
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    for i, (p, row) in enumerate(zip(prompts, conts)):
+        off = width - len(p)
+        ids[i, off:width] = torch.tensor(p)
+        pos[i, off:width] = torch.arange(len(p))
+        attend[i, off:width, off:width] = causal[: len(p), : len(p)]
+        for q, (j, k) in enumerate(tails[i]):
+            col = width + q
+            ids[i, col] = row[j][k]
+            pos[i, col] = len(p) + k
+            attend[i, col, off:width] = True
+            attend[i, col, col - k : col + 1] = True  # its own continuation's tokens 0..k
+    kwargs = {"adapter_names": names} if names is not None else {}
+    logits = model(
+        input_ids=ids.to(device),
+        attention_mask=attend[:, None].to(device),
+        position_ids=pos.to(device),
+        use_cache=False,
+        logits_to_keep=extra + 1,
+        **kwargs,
+    ).logits
+    logp = torch.log_softmax(logits.float(), -1).cpu()  # (b, extra + 1, vocab); 0 = last prompt token
     result = []
-    for i in range(b):
-        row = []
-        for j, x in enumerate(conts[i]):
-            total = last_logp[i, x[0]].item()
+    for i, row in enumerate(conts):
+        where = {jk: 1 + q for q, jk in enumerate(tails[i])}
+        scores = []
+        for j, x in enumerate(row):
+            total_lp = logp[i, 0, x[0]].item()
             for k in range(1, len(x)):
-                total += logp[i * c + j, k - 1, x[k]].item()
-            row.append(total)
-        result.append(row)
+                total_lp += logp[i, where[(j, k - 1)], x[k]].item()
+            scores.append(total_lp)
+        result.append(scores)
     return result
-
-
-def _cache_kwarg(model) -> str:
-    # transformers 5.2x renamed the forward argument `past_key_values` to `cache`
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"

@@ -1,6 +1,6 @@
 """vLLM backend: one ``vllm.LLM`` per job holds the base; each member is a ``LoRARequest``.
 
-Prompts are passed as token ids, tokenized with the same chat template and tokenizer as the
+Prompts arrive as token ids, made with the same chat template and tokenizer as for the
 Hugging Face backend, so both see identical inputs. Each request gets its own seed (derived
 from the call's seed and the prompt's position), so sampling does not depend on how vLLM
 batches requests. vLLM is imported only here (``pip install -e '.[vllm]'`` or
@@ -15,8 +15,8 @@ import logging
 from ..chat import stop_token_ids
 from ..members import MemberSpec, check_adapter_folder
 from ..models import load_tokenizer
-from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings, derive_seed
-from . import Generation, decode_answer
+from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings
+from . import Generation, Served, decode_answer
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,10 @@ class VLLMEngine:
             self._ids[spec.adapter] = len(self._ids) + 1  # lora_int_id must be > 0 and unique
         return LoRARequest(spec.name, self._ids[spec.adapter], spec.adapter)
 
-    def generate(self, spec, texts, sampling: Sampling, seed: int) -> list[Generation]:
+    def generate(self, members, prompts, sampling: Sampling, seeds) -> list[Generation]:
         from vllm import SamplingParams
 
-        if not texts:
+        if not prompts:
             return []
         stops = stop_token_ids(self.tok)
         params = [
@@ -97,19 +97,20 @@ class VLLMEngine:
                 top_k=-1 if sampling.greedy or not sampling.top_k else sampling.top_k,
                 max_tokens=sampling.max_new_tokens,
                 stop_token_ids=stops,
-                seed=derive_seed(seed, i),
+                seed=int(seed),
                 skip_special_tokens=True,
             )
-            for i in range(len(texts))
+            for seed in seeds
         ]
-        prompts = [{"prompt_token_ids": self.tok(t, add_special_tokens=False)["input_ids"]} for t in texts]
-        outs = self.llm.generate(prompts, params, lora_request=self._lora(spec), use_tqdm=True)
+        requests = [{"prompt_token_ids": list(ids)} for ids in prompts]
+        loras = [self._lora(m) for m in members]
+        outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True)
         return [
             decode_answer(self.tok, list(o.outputs[0].token_ids), stops, o.outputs[0].finish_reason == "stop")
             for o in outs
         ]
 
-    def continuation_logprobs(self, spec, prompts, conts) -> list[list[float]]:
+    def continuation_logprobs(self, members, prompts, conts) -> list[list[float]]:
         """Prompt log-probabilities of prompt + continuation, summed over the continuation."""
         from vllm import SamplingParams
 
@@ -120,7 +121,7 @@ class VLLMEngine:
         outs = self.llm.generate(
             [{"prompt_token_ids": ids} for _, ids, _ in flat],
             params,
-            lora_request=self._lora(spec),
+            lora_request=[self._lora(members[i]) for i, _, _ in flat],
             use_tqdm=True,
         )
         result: list[list[float]] = [[] for _ in prompts]
@@ -130,42 +131,44 @@ class VLLMEngine:
         return result
 
 
-class VLLMMember:
-    """One member (a LoRA request, or the plain base) of a :class:`VLLMEngine`."""
-
-    def __init__(self, engine: VLLMEngine, spec: MemberSpec):
-        self.engine, self.spec, self.tok = engine, spec, engine.tok
-
-    def generate(
-        self, texts, sampling: Sampling, seed: int, batch_size: int = 8, desc: str = "generate"
-    ) -> list[Generation]:
-        return self.engine.generate(self.spec, texts, sampling, seed)  # vLLM batches by itself
-
-    def continuation_logprobs(self, prompts, conts, batch_size: int = 8) -> list[list[float]]:
-        return self.engine.continuation_logprobs(self.spec, prompts, conts)
-
-
 class VLLMBackend:
-    """One engine per job, started on first use for the base of the first member served."""
+    """One engine per job, started on first use for the base of the first member served; all
+    members of that base are LoRA requests of it, mixed freely within a call."""
 
     def __init__(self, options: VLLMSettings, runtime: Runtime, specs):
         self.options, self.runtime, self.specs = options, runtime, list(specs)
         self.engine: VLLMEngine | None = None
+        self.base: str | None = None
 
-    def serve(self, spec: MemberSpec) -> VLLMMember:
-        if self.engine is None:
-            same = [s for s in self.specs if s.base == spec.base]
-            if spec not in same:
-                same.append(spec)
-            self.base = spec.base
-            self.engine = VLLMEngine(spec.base, same, self.options, self.runtime.dtype, self.runtime.seed)
-        elif spec.base != self.base:
-            raise ValueError(
-                f"backend vllm serves one base model per job; {spec.name} needs {spec.base} but "
-                f"this job already holds {self.base}. Give every member of a pool "
-                "(and evaluation.judge) the same base, or set backend: hf"
-            )
-        return VLLMMember(self.engine, spec)
+    def _engine(self, members) -> VLLMEngine:
+        for spec in members:
+            if self.engine is None:
+                same = [s for s in self.specs if s.base == spec.base]
+                same += [m for m in members if m.base == spec.base and m not in same]
+                self.base = spec.base
+                self.engine = VLLMEngine(spec.base, same, self.options, self.runtime.dtype, self.runtime.seed)
+            elif spec.base != self.base:
+                raise ValueError(
+                    f"backend vllm serves one base model per job; {spec.name} needs {spec.base} but "
+                    f"this job already holds {self.base}. Give every member of a pool "
+                    "(and evaluation.judge) the same base, or set backend: hf"
+                )
+        return self.engine
+
+    def serve(self, spec: MemberSpec) -> Served:
+        return Served(self, spec)
+
+    def serve_each(self, specs) -> Served:
+        return Served(self, list(specs))
+
+    def tokenizer(self, spec: MemberSpec):
+        return self._engine([spec]).tok
+
+    def generate(self, members, prompts, sampling, seeds, batch_size=8, desc="generate") -> list[Generation]:
+        return self._engine(members).generate(members, prompts, sampling, seeds)  # vLLM batches by itself
+
+    def continuation_logprobs(self, members, prompts, conts, batch_size=8) -> list[list[float]]:
+        return self._engine(members).continuation_logprobs(members, prompts, conts)
 
 
 def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> VLLMBackend:

@@ -1,0 +1,92 @@
+"""The Hugging Face backend serving several members of one base in the same batches (PEFT
+mixed-adapter batches) gives what serving each member alone gives."""
+
+import pytest
+import torch
+
+from sparta.backends import open_backend
+from sparta.chat import chat_ids
+from sparta.judging import JudgeItem, judge_duels
+from sparta.members import MemberSpec
+from sparta.settings import BackendSettings, JudgeSettings, Runtime, Sampling
+
+from .tiny import build_tiny_model
+
+PROMPTS = ["What is 3 + 4?", "Tom has 5 apples and gets 2 more.", "What is 2 * 5?", "Score this: 7"]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """A tiny base, two members with different random LoRA adapters, one plain member."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("pool")
+    base = build_tiny_model(root / "base")
+    specs = []
+    for k, name in enumerate(("ann", "bob")):
+        torch.manual_seed(k)
+        lora = LoraConfig(r=4, lora_alpha=32, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(root / name)
+        specs.append(MemberSpec(name, str(base), str(root / name)))
+    specs.append(MemberSpec("cid", str(base)))
+    return specs
+
+
+def backend(specs):
+    return open_backend(BackendSettings("hf"), Runtime(device="cpu", dtype="float32"), specs)
+
+
+def requests(specs):
+    """Every member asked every prompt, interleaved so batches mix members."""
+    return [(s, p) for p in PROMPTS for s in specs]
+
+
+def test_mixed_batches_answer_as_each_member_alone(pool):
+    mixed = backend(pool)
+    asked = requests(pool)
+    served = mixed.serve_each([s for s, _ in asked])
+    texts = [chat_ids(served.tok, p, "sys") for _, p in asked]
+    greedy = Sampling.greedy_decoding(8)
+    together = served.generate(texts, greedy, [0] * len(texts), batch_size=5)
+    for spec in pool:
+        alone = backend([spec]).serve(spec)
+        mine = [t for (s, _), t in zip(asked, texts) if s == spec]
+        got = [g for (s, _), g in zip(asked, together) if s == spec]
+        assert [g.text for g in alone.generate(mine, greedy, [0] * len(mine), batch_size=2)] == [
+            g.text for g in got
+        ]
+    by_member = {s.name: [g.text for (m, _), g in zip(asked, together) if m == s] for s in pool}
+    assert by_member["ann"] != by_member["bob"] != by_member["cid"]  # the adapters really differ
+
+
+def test_mixed_batches_score_as_each_member_alone(pool):
+    items = [JudgeItem(p, answer) for p in PROMPTS for answer in ("It is 7.", "Maybe 9.")]  # duels: a, b
+    mixed = backend(pool)
+    judges = [s for s in pool for _ in items]
+    cfg = JudgeSettings(batch_size=5)
+    together = judge_duels(mixed.serve_each(judges), items * len(pool), cfg, "sys")
+    for k, spec in enumerate(pool):
+        alone = judge_duels(backend([spec]).serve(spec), items, JudgeSettings(batch_size=3), "sys")
+        for a, b in zip(alone, together[k * len(items) : (k + 1) * len(items)]):
+            assert a.score == pytest.approx(b.score, abs=1e-5)
+    assert together[0].score != together[len(items)].score
+
+
+def test_sampling_is_seeded_per_answer_whatever_the_batch(pool):
+    mixed = backend(pool)
+    asked = requests(pool)
+    served = mixed.serve_each([s for s, _ in asked])
+    texts = [chat_ids(served.tok, p, "sys") for _, p in asked]
+    hot = Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=8)
+    seeds = list(range(100, 100 + len(texts)))
+    first = served.generate(texts, hot, seeds, batch_size=5)
+    assert first == served.generate(texts, hot, seeds, batch_size=3)  # other batches, same answers
+    backwards = mixed.serve_each([s for s, _ in asked][::-1])  # every request in another batch
+    assert first == backwards.generate(texts[::-1], hot, seeds[::-1], batch_size=4)[::-1]
+    spec = pool[0]
+    mine = [i for i, (s, _) in enumerate(asked) if s == spec]
+    alone = backend([spec]).serve(spec).generate([texts[i] for i in mine], hot, [seeds[i] for i in mine], 2)
+    assert alone == [first[i] for i in mine]
+    other = served.generate(texts, hot, [s + 1 for s in seeds], batch_size=5)
+    assert [g.text for g in other] != [g.text for g in first]
