@@ -8,7 +8,7 @@ import sys
 from snakemake.utils import validate
 
 from sparta import config as sparta_config
-from sparta.settings import as_data, section_data
+from sparta.settings import Untracked, as_data, section_data
 
 
 validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
@@ -74,6 +74,19 @@ def settings(*sections):
     """Rule params: the named settings sections as plain data (sparta.settings.SECTIONS), so
     a job reruns when, and only when, a setting it uses changes."""
     return section_data(S, *sections)
+
+
+def tracking(wildcards):
+    """How the trainers report (train.report_to): not compared for reruns."""
+    t = getattr(wildcards, "t", "0")
+    return Untracked(
+        {
+            "report_to": list(S.train.report_to),
+            "project": S.train.project or EXP,
+            "run_name": f"{EXP}/iter_{t}",
+            "logging_dir": f"results/{EXP}/logs/tensorboard/iter_{t}",
+        }
+    )
 
 
 def base_folder(member):
@@ -146,6 +159,16 @@ def all_evaluations(wildcards):
     ]
 
 
+def all_training_logs(wildcards):
+    """The trainer's log of every trained checkpoint (SFT of iteration 0, DPO after)."""
+    return [
+        f"results/{EXP}/iter_{t}/members/{m}/training_log.parquet"
+        for t in [0, *ITERATIONS]
+        for m in MEMBERS
+        if t > 0 or MEMBER_SPECS[m].sft_domain
+    ]
+
+
 def optional_evaluation(wildcards):
     """The evaluation scores when evaluation is on; analyses and plots work without them."""
     return f"results/{EXP}/evaluation/scores.parquet" if S.evaluation.enabled else []
@@ -158,6 +181,7 @@ REPORT_FIGURES = (
     "label_accuracy",
     "diversity",
     "reward_hacking",
+    "training",
     "evaluation",
 )
 
@@ -170,15 +194,18 @@ ANALYSIS_TABLES = (
     "reputation_vs_performance",
     "standings",
     "reward_hacking",
+    "training",
+    "pair_accuracy",
 )
 
 
 def member_files(t, member):
-    """What a member checkpoint is on disk: member.json and, when sparta trained it, its adapter."""
+    """What a member checkpoint is on disk: member.json and, when sparta trained it, its
+    adapter and the trainer's log."""
     folder = f"results/{EXP}/iter_{t}/members/{member}"
     trained = t > 0 or MEMBER_SPECS[member].sft_domain
-    adapter = [f"{folder}/adapter/adapter_config.json", f"{folder}/adapter/adapter_model.safetensors"]
-    return [f"{folder}/member.json", *(adapter if trained else [])]
+    files = ["adapter/adapter_config.json", "adapter/adapter_model.safetensors", "training_log.parquet"]
+    return [f"{folder}/member.json", *([f"{folder}/{f}" for f in files] if trained else [])]
 
 
 def final_outputs():

@@ -27,6 +27,8 @@ rule analyze:
         preferences=expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
         history="results/{exp}/reputation_history.parquet",
         evaluation=optional_evaluation,
+        training_logs=all_training_logs,
+        pair_accuracy=[f"results/{EXP}/analysis/pair_accuracy/iter_{t}.parquet" for t in ITERATIONS[:-1]],
     output:
         diversity="results/{exp}/analysis/diversity.parquet",
         lengths="results/{exp}/analysis/lengths.parquet",
@@ -35,6 +37,8 @@ rule analyze:
         correlation="results/{exp}/analysis/reputation_vs_performance.parquet",
         standings="results/{exp}/analysis/standings.parquet",
         reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
+        training="results/{exp}/analysis/training.parquet",
+        pair_accuracy="results/{exp}/analysis/pair_accuracy.parquet",
     params:
         **settings("analysis"),
     log:
@@ -58,6 +62,8 @@ rule plots:
         label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
         diversity="results/{exp}/analysis/diversity.parquet",
         reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
+        training="results/{exp}/analysis/training.parquet",
+        pair_accuracy="results/{exp}/analysis/pair_accuracy.parquet",
         evaluation=optional_evaluation,
     output:
         reputation=report(
@@ -85,6 +91,11 @@ rule plots:
             caption="../workflow/report/diversity.rst",
             category="Analysis",
         ),
+        training=report(
+            "results/{exp}/report/training.png",
+            caption="../workflow/report/training.rst",
+            category="Training",
+        ),
         reward_hacking=report(
             "results/{exp}/report/reward_hacking.png",
             caption="../workflow/report/reward_hacking.rst",
@@ -102,3 +113,27 @@ rule plots:
         "../envs/core.yaml"
     script:
         "../workflow/scripts/plots.py"
+
+
+rule pair_accuracy:
+    """Held-out preference accuracy: every member before and after its DPO of iteration t,
+    scored on the pairs of iteration t + 1 (never trained on)."""
+    input:
+        before=lambda wc: [member_json(wc, member=m) for m in MEMBERS],
+        after=lambda wc: [member_json(wc, member=m, t=int(wc.t) + 1) for m in MEMBERS],
+        pairs=lambda wc: f"results/{EXP}/iter_{int(wc.t) + 1}/preferences.parquet",
+    output:
+        accuracy="results/{exp}/analysis/pair_accuracy/iter_{t}.parquet",
+    params:
+        **settings("runtime", "backend", "evaluation"),
+    log:
+        "results/{exp}/logs/analysis/pair_accuracy_iter_{t}.log",
+    benchmark:
+        "results/{exp}/benchmarks/analysis/pair_accuracy_iter_{t}.tsv"
+    threads: model_threads("evaluate", "pool")
+    resources:
+        **stage_resources("evaluate"),
+    conda:
+        MODEL_ENV
+    script:
+        "../workflow/scripts/pair_accuracy.py"

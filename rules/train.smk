@@ -11,9 +11,11 @@ rule sft_member:
         member="results/{exp}/iter_0/members/{member}/member.json",
         adapter_config="results/{exp}/iter_0/members/{member}/adapter/adapter_config.json",
         adapter="results/{exp}/iter_0/members/{member}/adapter/adapter_model.safetensors",
+        training_log="results/{exp}/iter_0/members/{member}/training_log.parquet",
     wildcard_constraints:
         member=alternatives(SFT_MEMBERS),
     params:
+        tracking=tracking,
         member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
         base=lambda wc: base_folder(wc.member),
         **settings("runtime", "sft", "lora"),
@@ -44,10 +46,14 @@ rule dpo:
         adapter=fanout_output(
             "results/{exp}/iter_{t}/members/{member}/adapter/adapter_model.safetensors", fanout=DPO_FANOUT
         ),
+        training_log=fanout_output(
+            "results/{exp}/iter_{t}/members/{member}/training_log.parquet", fanout=DPO_FANOUT
+        ),
     wildcard_constraints:
         t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:
         members=lambda wc: served(wc, fanout=DPO_FANOUT),
+        tracking=tracking,
         **settings("runtime", "dpo", "lora"),
     log:
         f"results/{{exp}}/logs/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.log",

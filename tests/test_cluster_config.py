@@ -227,12 +227,13 @@ def test_paper_scale_dag_job_counts(paper_workdir):
         "analyze": 1,
         "plots": 1,
         "record_settings": 1,
+        "pair_accuracy": 7,
         "all": 1,
     }
-    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 147}
+    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 154}
     print(f"paper-scale dry run (fanout pool): {seconds:.1f} s")
     counts, seconds = _dry_run(paper_workdir, "--config", "fanout=member")
-    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 372}
+    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 379}
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")
     counts, _ = _dry_run(paper_workdir, "--config", "dpo_fanout=pool")
-    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 75}
+    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 82}

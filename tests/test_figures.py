@@ -75,7 +75,28 @@ def test_every_figure_writes_a_png(tmp_path):
             "n": 10,
         }
     )
+    log = pd.DataFrame(
+        {
+            "member": ["x", "x", "y", "y"],
+            "iteration": [1, 1, 1, 2],
+            "stage": "dpo",
+            "loss": [0.7, 0.6, 0.69, 0.5],
+            "rewards_accuracies": [0.5, 1.0, 0.0, 1.0],
+            "rewards_margins": [0.01, 0.05, -0.01, 0.1],
+        }
+    )
+    held_out = pd.DataFrame(
+        {
+            "member": ["x", "x", "y", "y"],
+            "when": ["before", "after", "before", "after"],
+            "pairs": 12,
+            "accuracy": [0.5, 0.58, 0.42, 0.5],
+            "accuracy_low": [0.25, 0.32, 0.19, 0.25],
+            "accuracy_high": [0.75, 0.81, 0.68, 0.75],
+        }
+    )
     made = {
+        "training": figures.training(log, held_out),
         "reputation": figures.reputation(history),
         "wins": figures.wins(history),
         "scores": figures.judge_scores(judgments),
@@ -113,6 +134,7 @@ def test_empty_inputs_say_why():
         (figures.label_accuracy(tables.empty("label_accuracy")), "no ground truth"),
         (figures.diversity(tables.empty("diversity")), "no duel with two answers"),
         (figures.evaluation(None), "evaluation is off"),
+        (figures.training(tables.empty("training_log"), tables.empty("pair_accuracy")), "no DPO step"),
     ):
         texts = [t.get_text() for ax in fig.axes for t in ax.texts]
         assert any(why in t for t in texts), (why, texts)

@@ -331,6 +331,7 @@ def test_report_outputs(run_a):
         "label_accuracy",
         "diversity",
         "reward_hacking",
+        "training",
         "evaluation",
     ):
         png = work / EXP / "report" / f"{name}.png"

@@ -36,6 +36,10 @@ else:
 tables.write(label, out.label_accuracy, "label_accuracy")
 tables.write(judge_acc, out.judge_accuracy, "label_accuracy")
 
+training = tables.read_many(inp.training_logs, "training_log")
+tables.write(training, out.training, "training_log")
+pair_accuracy = tables.read_many(inp.pair_accuracy, "pair_accuracy")
+tables.write(pair_accuracy, out.pair_accuracy, "pair_accuracy")
 standings = analysis.standings(states)
 tables.write(standings, out.standings, "standings")
 evaluation = tables.read(inp.evaluation, "scores") if inp.evaluation else None

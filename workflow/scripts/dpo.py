@@ -8,23 +8,26 @@ from sparta.jobs import as_list
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.settings import derive_seed, job_settings
-from sparta.train import dpo_members
+from sparta.train import Tracking, dpo_members, training_log
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
 job = job_settings(sm)
+t = int(sm.wildcards.t)
 specs = [MemberSpec.read(p) for p in as_list(sm.input.members)]
 outs = [Path(p) for p in as_list(sm.output.member)]
 prefs = tables.read(sm.input.preferences, "preferences")
-seeds = [derive_seed(job.runtime.seed, sm.wildcards.t, spec.name, "dpo") for spec in specs]
+seeds = [derive_seed(job.runtime.seed, t, spec.name, "dpo") for spec in specs]
 summaries = dpo_members(
     [(spec, out.parent, seed) for spec, out, seed in zip(specs, outs, seeds)],
     prefs,
     job.dpo,
     job.lora,
     job.runtime,
+    Tracking(**sm.params.tracking.value),
 )
-for spec, out, summary in zip(specs, outs, summaries):
+for spec, out, metrics, summary in zip(specs, outs, as_list(sm.output.training_log), summaries):
     history = summary.pop("log_history")
-    log.info("DPO of %s on %d pairs: %s (%d log rows)", spec.name, len(prefs), summary, len(history))
+    tables.write(training_log(history, spec.name, t, "dpo", len(prefs)), metrics, "training_log")
+    log.info("DPO of %s on %d pairs: %s", spec.name, len(prefs), summary)
     MemberSpec(spec.name, spec.base, summary["adapter"]).write(out)

@@ -15,6 +15,9 @@ made = {
     out.label_accuracy: figures.label_accuracy(tables.read(inp.label_accuracy, "label_accuracy")),
     out.diversity: figures.diversity(tables.read(inp.diversity, "diversity")),
     out.reward_hacking: figures.reward_hacking(tables.read(inp.reward_hacking, "reward_hacking")),
+    out.training: figures.training(
+        tables.read(inp.training, "training_log"), tables.read(inp.pair_accuracy, "pair_accuracy")
+    ),
     out.evaluation: figures.evaluation(scores),
 }
 for path, fig in made.items():

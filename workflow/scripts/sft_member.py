@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparta import tables
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.settings import job_settings
-from sparta.train import sft_member
+from sparta.train import Tracking, sft_member, training_log
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
@@ -15,6 +16,10 @@ job = job_settings(sm)
 name, base = sm.params.member["name"], sm.params.base
 out = Path(sm.output.member).parent
 data = pd.read_json(sm.input.sft, lines=True).head(job.sft.examples)
-summary = sft_member(name, base, data, out, job.sft, job.lora, job.runtime)
+summary = sft_member(
+    name, base, data, out, job.sft, job.lora, job.runtime, Tracking(**sm.params.tracking.value)
+)
+history = summary.pop("log_history")
+tables.write(training_log(history, name, 0, "sft", len(data)), sm.output.training_log, "training_log")
 log.info("SFT of %s on %s: %s", name, sm.params.member["sft_domain"], summary)
 MemberSpec(name, str(Path(base).resolve()), str(out / "adapter")).write(sm.output.member)

@@ -4,6 +4,7 @@
     sparta standings results/default
     sparta show t01-00003 [--run results/default]
     sparta config [--configfile my.yaml ...]
+    sparta export results/default --member adder [--iteration 2 | --best arithmetic] [--merge] OUT
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
 gives a one-line error and exit status 2.
@@ -210,6 +211,15 @@ def cmd_config(args) -> dict:
         raise CLIError(str(e)) from None
 
 
+def cmd_export(args) -> dict:
+    from .export import ExportError, export
+
+    try:
+        return export(args.run, args.out, args.member, args.iteration, args.best, args.merge)
+    except ExportError as e:
+        raise CLIError(str(e)) from None
+
+
 def _print(result, as_json: bool) -> None:
     if as_json:
         if isinstance(result, pd.DataFrame):
@@ -217,7 +227,7 @@ def _print(result, as_json: bool) -> None:
         else:
             print(json.dumps(result, indent=1))
         return
-    if isinstance(result, dict) and "experiment" in result:
+    if isinstance(result, dict) and "duel_id" not in result:  # config, export
         import yaml
 
         print(yaml.safe_dump(result, sort_keys=False), end="")
@@ -260,10 +270,23 @@ def main(argv=None) -> int:
     c = sub.add_parser("config", help="every setting of a config, defaults filled in (YAML)")
     c.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
     c.add_argument("--configfile", action="append", default=[], help="merged over the base, in order")
-    for parser in (p, s, d, c):
+    e = sub.add_parser("export", help="a member as a PEFT adapter folder or a merged model folder")
+    e.add_argument("run", help="results/<experiment>")
+    e.add_argument("out", help="a new folder")
+    e.add_argument("--member", help="the member to export")
+    e.add_argument("--iteration", type=int, help="its checkpoint (default: the last; 0 = initial pool)")
+    e.add_argument("--best", metavar="TASK", help="the member the evaluation selected for TASK")
+    e.add_argument("--merge", action="store_true", help="merge the adapter into the base (a plain model)")
+    for parser in (p, s, d, c, e):
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
-    commands = {"pairs": cmd_pairs, "standings": cmd_standings, "show": cmd_show, "config": cmd_config}
+    commands = {
+        "pairs": cmd_pairs,
+        "standings": cmd_standings,
+        "show": cmd_show,
+        "config": cmd_config,
+        "export": cmd_export,
+    }
     try:
         result = commands[args.command](args)
     except (CLIError, tables.TableError, FileNotFoundError) as e:

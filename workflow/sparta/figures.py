@@ -204,6 +204,51 @@ def reward_hacking(table: pd.DataFrame):
     return fig
 
 
+def training(log: pd.DataFrame, held_out: pd.DataFrame):
+    """Did DPO do anything? Left: DPO reward accuracy and margin on the training pairs, per
+    member and iteration (mean over the logged steps). Right: held-out preference accuracy
+    of each member before and after its DPO (the next iteration's pairs, 95% CI)."""
+    dpo = log[(log["stage"] == "dpo") & log["loss"].notna()] if len(log) else log
+    if len(dpo) == 0 and len(held_out) == 0:
+        return empty("Training", "no DPO step logged (no preference pairs)")
+    with plt.rc_context(STYLE):
+        fig, (ax, axh) = plt.subplots(1, 2, figsize=(12, 4))
+    if len(dpo):
+        means = (
+            dpo.groupby(["member", "iteration"])[["rewards_accuracies", "rewards_margins"]]
+            .mean()
+            .reset_index()
+        )
+        for m, g in means.groupby("member"):
+            (line,) = ax.plot(g["iteration"], g["rewards_accuracies"], "o-", label=f"{m} accuracy")
+            ax.plot(g["iteration"], g["rewards_margins"], "s:", color=line.get_color(), label=f"{m} margin")
+        ax.set_xticks(sorted(means["iteration"].unique()))
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("DPO reward accuracy (o) / margin (s)")
+    ax.set_title("DPO on the iteration's pairs (training)")
+    ax.legend(fontsize=7, ncol=2)
+    if len(held_out):
+        members = sorted(held_out["member"].unique())
+        for k, when in enumerate(("before", "after")):
+            h = held_out[held_out["when"] == when].set_index("member").reindex(members)
+            x = np.arange(len(members)) + (k - 0.5) * 0.35
+            y = h["accuracy"].to_numpy(dtype=float)
+            err = np.vstack([y - h["accuracy_low"].to_numpy(float), h["accuracy_high"].to_numpy(float) - y])
+            axh.bar(x, y, 0.35, yerr=err, capsize=3, label=f"{when} its DPO")
+        axh.set_xticks(range(len(members)), members, rotation=20)
+        n = int(held_out["pairs"].max())
+        axh.set_title(f"Held-out pairs (next iteration, n = {n} per member)")
+    else:
+        axh.text(0.5, 0.5, "one iteration only: no next iteration's pairs", ha="center", va="center")
+        axh.set_title("Held-out pairs")
+    axh.axhline(0.5, color="grey", ls=":", lw=1)
+    axh.set_ylim(0, 1.05)
+    axh.set_ylabel("chosen likelier than rejected (share)")
+    axh.legend(fontsize=8)
+    return fig
+
+
 def evaluation(scores: pd.DataFrame | None):
     """Validation score of every member at every checkpoint, one panel per task."""
     if scores is None:

@@ -189,6 +189,28 @@ class SFTSettings:
     gradient_checkpointing: bool = False
 
 
+@dataclass(frozen=True)
+class TrainSettings:
+    """Experiment trackers of the SFT and DPO trainers: off by default, nothing is contacted
+    unless ``report_to`` names one. Changing them reruns nothing."""
+
+    report_to: tuple[str, ...] = ()
+    """Passed to TRL: tensorboard (under results/<exp>/logs/tensorboard/), wandb, trackio, ..."""
+    project: str | None = None
+    """Tracker project (default: the experiment name); runs are <experiment>/iter_<t>/<member>."""
+
+
+class Untracked:
+    """A rule param Snakemake does not compare when it decides whether a job must rerun (it
+    only compares builtin values): for settings that cannot change a result."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Untracked({self.value!r})"
+
+
 # --- data, evaluation, analysis --------------------------------------------------------------
 
 
@@ -342,6 +364,7 @@ class Settings:
     generation: GenerationSettings = field(default_factory=GenerationSettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     dpo: DPOSettings = field(default_factory=DPOSettings)
+    train: TrainSettings = field(default_factory=TrainSettings)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
 

@@ -158,6 +158,52 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("test", _f64),
         ]
     ),
+    # --- training ----------------------------------------------------------------------------
+    # a trainer's log history (SFT of iteration 0, DPO of iteration t): one row per logged step,
+    # the last row its summary (train_loss); examples = SFT examples or DPO pairs
+    "training_log": pa.schema(
+        [
+            ("member", _str),
+            ("iteration", _i32),
+            ("stage", _str),
+            ("examples", pa.int64()),
+            ("step", pa.int64()),
+            ("epoch", _f64),
+        ]
+        + [
+            (name, _f64)
+            for name in (
+                "loss",
+                "grad_norm",
+                "learning_rate",
+                "rewards_chosen",
+                "rewards_rejected",
+                "rewards_accuracies",
+                "rewards_margins",
+                "logps_chosen",
+                "logps_rejected",
+                "train_loss",
+                "train_runtime",
+            )
+        ]
+    ),
+    # held-out preference accuracy of a member before and after its DPO of iteration t, on the
+    # pairs of iteration t + 1 (not trained on): the share whose chosen answer the member finds
+    # likelier (mean log-probability per token), with a 95% Wilson interval
+    "pair_accuracy": pa.schema(
+        [
+            ("iteration", _i32),
+            ("member", _str),
+            ("when", _str),  # before | after
+            ("checkpoint", _i32),
+            ("pairs", pa.int64()),
+            ("agree", pa.int64()),
+            ("accuracy", _f64),
+            ("accuracy_low", _f64),
+            ("accuracy_high", _f64),
+            ("mean_margin", _f64),  # chosen minus rejected, mean log-probability per token
+        ]
+    ),
     # --- analyses ----------------------------------------------------------------------------
     # mean distance between the two answers of a duel, per iteration (embedding: null if off)
     "diversity": pa.schema(
@@ -221,7 +267,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 # tables whose frames may leave columns out (written as nulls): summaries, not the contract
 # between the stages of an iteration
-OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy"}
+OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy", "training_log"}
 
 
 class TableError(ValueError):

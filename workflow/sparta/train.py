@@ -9,7 +9,9 @@ gets a fresh LoRA, whose reference (adapters off) is the same base model.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -90,12 +92,62 @@ class TrainableMembers:
                 self.model.delete_adapter(name)
 
 
+@dataclass(frozen=True)
+class Tracking:
+    """Where a trainer reports (``report_to``: tensorboard, wandb, trackio, ...) and under
+    which names; empty ``report_to``: nowhere, nothing is contacted."""
+
+    report_to: tuple[str, ...] = ()
+    project: str | None = None
+    run_name: str | None = None
+    logging_dir: str | None = None
+
+    def args(self, member: str) -> dict:
+        if not self.report_to:
+            return {"report_to": []}
+        if "tensorboard" in self.report_to and self.logging_dir:
+            os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(Path(self.logging_dir) / member))
+        out = {"report_to": list(self.report_to), "run_name": f"{self.run_name or 'sparta'}/{member}"}
+        if self.project:
+            out["project"] = self.project
+        return out
+
+
+LOGGED = (
+    "loss",
+    "grad_norm",
+    "learning_rate",
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/accuracies",
+    "rewards/margins",
+    "logps/chosen",
+    "logps/rejected",
+    "train_loss",
+    "train_runtime",
+)
+
+
+def training_log(history: list[dict], member: str, iteration: int, stage: str, examples: int) -> pd.DataFrame:
+    """A trainer's log history as a training_log table: one row per logged step (and the
+    final summary row, with train_loss), metric names without slashes."""
+    rows = []
+    for entry in history:
+        row = {"member": member, "iteration": iteration, "stage": stage, "examples": examples}
+        row["step"] = int(entry.get("step", 0))
+        row["epoch"] = float(entry.get("epoch", float("nan")))
+        row.update({k.replace("/", "_"): float(entry[k]) for k in LOGGED if k in entry})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def dpo_members(
     members: list[tuple[MemberSpec, Path, int]],
     prefs: pd.DataFrame,
     params: DPOSettings,
     lora: LoraSettings,
     runtime: Runtime,
+    tracking: Tracking = Tracking(),
 ) -> list[dict]:
     """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
     another on one base load; each adapter is saved under ``<output folder>/adapter``.
@@ -145,7 +197,7 @@ def dpo_members(
             data_seed=seed,
             logging_steps=1,
             save_strategy="no",
-            report_to=[],
+            **tracking.args(spec.name),
             use_cpu=trainable.device.type == "cpu",
             bf16=trainable.dtype == torch.bfloat16,
             dataloader_num_workers=0,
@@ -183,9 +235,10 @@ def dpo_member(
     lora: LoraSettings,
     runtime: Runtime,
     seed: int,
+    tracking: Tracking = Tracking(),
 ) -> dict:
     """DPO of one member (see :func:`dpo_members`); ``seed`` is this member's."""
-    return dpo_members([(spec, Path(out_dir), seed)], prefs, params, lora, runtime)[0]
+    return dpo_members([(spec, Path(out_dir), seed)], prefs, params, lora, runtime, tracking)[0]
 
 
 def sft_member(
@@ -196,8 +249,10 @@ def sft_member(
     params: SFTSettings,
     lora: LoraSettings,
     runtime: Runtime,
+    tracking: Tracking = Tracking(),
 ) -> dict:
-    """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter."""
+    """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter.
+    Returns a summary with the trainer's log history."""
     from datasets import Dataset
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
@@ -231,9 +286,9 @@ def sft_member(
         assistant_only_loss=False,
         seed=seed,
         data_seed=seed,
-        logging_steps=5,
+        logging_steps=1,
         save_strategy="no",
-        report_to=[],
+        **tracking.args(name),
         use_cpu=dev.type == "cpu",
         dataloader_num_workers=0,
         gradient_checkpointing=params.gradient_checkpointing,
@@ -249,4 +304,5 @@ def sft_member(
         "examples": len(examples),
         "steps": int(result.global_step),
         "train_loss": float(result.training_loss),
+        "log_history": list(trainer.state.log_history),
     }

@@ -1,0 +1,70 @@
+"""rule pair_accuracy: did the members learn the pool's preferences? Each member before and
+after its DPO of iteration t, on the pairs of iteration t + 1 (which it never trained on)."""
+
+import pandas as pd
+
+from sparta import tables
+from sparta.backends import open_backend
+from sparta.chat import chat_ids
+from sparta.evaluate import option_requests
+from sparta.jobs import by_base
+from sparta.logs import setup
+from sparta.members import MemberSpec
+from sparta.metrics import wilson_interval
+from sparta.settings import job_settings
+
+sm = snakemake  # noqa: F821
+log = setup(sm.log[0], sm.threads)
+job = job_settings(sm)
+t, system = int(sm.wildcards.t), job.runtime.system_prompt
+pairs = tables.read(sm.input.pairs, "preferences")
+checkpoints = {"before": (t - 1, sm.input.before), "after": (t, sm.input.after)}
+# the two checkpoints of a member are different adapters: name them apart for the backend
+specs = []
+for when, (ckpt, paths) in checkpoints.items():
+    for path in paths:
+        spec = MemberSpec.read(path)
+        specs.append((when, ckpt, spec.name, MemberSpec(f"{spec.name}@{ckpt}", spec.base, spec.adapter)))
+backend = open_backend(job.backend, job.runtime, [s for *_, s in specs])
+rows = []
+for group in by_base([s for *_, s in specs]) if len(pairs) else []:
+    tok = backend.serve(specs[group[0]][3]).tok
+
+    def with_answer(text, prompt, tok=tok):
+        return chat_ids(tok, prompt, system, text)
+
+    scored = [
+        option_requests(lambda x, q=p.prompt: with_answer(x, q), [answer])
+        for p in pairs.itertuples(index=False)
+        for answer in (p.chosen, p.rejected)
+    ]
+    asked = [i for i in group for _ in scored]
+    prompts = [ids[0] for _ in group for ids, _ in scored]
+    conts = [cont[0] for _ in group for _, cont in scored]
+    served = backend.serve_each([specs[i][3] for i in asked])
+    logps = served.continuation_logprobs(prompts, conts, job.evaluation.batch_size)
+    per_token = [row[0] / max(1, len(c[0])) for row, c in zip(logps, conts)]
+    frame = pd.DataFrame({"i": asked, "lp": per_token})
+    for i in group:
+        when, ckpt, name, _ = specs[i]
+        lp = frame.loc[frame["i"] == i, "lp"].to_numpy()
+        margin = lp[0::2] - lp[1::2]  # chosen minus rejected, per pair
+        agree = int((margin > 0).sum())
+        low, high = wilson_interval(agree, len(margin))
+        rows.append(
+            {
+                "iteration": t,
+                "member": name,
+                "when": when,
+                "checkpoint": ckpt,
+                "pairs": len(margin),
+                "agree": agree,
+                "accuracy": agree / len(margin) if len(margin) else float("nan"),
+                "accuracy_low": low,
+                "accuracy_high": high,
+                "mean_margin": float(margin.mean()) if len(margin) else float("nan"),
+            }
+        )
+table = pd.DataFrame(rows, columns=tables.columns("pair_accuracy"))
+tables.write(table, sm.output.accuracy, "pair_accuracy")
+log.info("held-out pairs of iteration %d (%d):\n%s", t + 1, len(pairs), table.to_string(index=False))
