@@ -56,6 +56,9 @@ def main():
             "format": "pointwise",
             "defences": "none",
             "sanitized": False,
+            "sample": 0,
+            "kind": "score",
+            "prompt_tokens": 0,
         }
     )
     responses = pd.DataFrame(
@@ -65,6 +68,7 @@ def main():
             "response": "r",
             "n_tokens": 1,
             "finish_reason": "stop",
+            "sample": 0,
         }
     )
 

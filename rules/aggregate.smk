@@ -14,6 +14,8 @@ rule aggregate:
         history="results/{exp}/iter_{t}/round_{r}/history.parquet",
         preferences="results/{exp}/iter_{t}/round_{r}/preferences.parquet",
     params:
+        method=method,
+        baselines=baselines,
         **settings("reputation"),
     log:
         "results/{exp}/logs/iter_{t}/round_{r}/aggregate.log",
@@ -43,7 +45,7 @@ rule finalize:
     """The whole reputation history and the final standings of the run."""
     input:
         histories=run_tables("history.parquet"),
-        state=f"results/{EXP}/iter_{ITERATIONS[-1]}/round_{LAST_ROUND}/state.parquet",
+        state=last_state,
     output:
         history="results/{exp}/reputation_history.parquet",
         state="results/{exp}/final_state.parquet",

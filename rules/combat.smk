@@ -11,6 +11,8 @@ rule combat:
         responses=fanout_output("results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet"),
     params:
         members=lambda wc: served(wc),
+        method=method,
+        baselines=baselines,
         **settings("runtime", "backend", "generation"),
     log:
         f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.log",

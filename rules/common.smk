@@ -1,4 +1,9 @@
 # Validation, settings, wildcard constraints and input functions; no rules.
+#
+# Every path has the run it belongs to as wildcard {exp}: results/{exp}/... A plain config is
+# one run; a study config (sparta/study.py) is several experiments, each a run of its own,
+# plus one shared run per seed (results/<study>/_init-seed<s>/) holding the prompt splits,
+# the initial pool and its evaluation. Everything a rule needs is looked up per run.
 import fcntl
 import os
 import re
@@ -12,10 +17,9 @@ from sparta.settings import Untracked, as_data, section_data
 
 
 validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
-# the typed settings of the run (sparta/settings.py holds every default), checked against the
-# world before any job starts; paths are relative to the working directory, as in jobs
-S = sparta_config.load(config, ".")
-
+# the typed settings of every run (sparta/settings.py holds every default), checked against
+# the world before any job starts; paths are relative to the working directory, as in jobs
+STUDY = sparta_config.load_study(config, ".")
 
 
 def clear_stale_locks():
@@ -41,14 +45,13 @@ def clear_stale_locks():
 
 clear_stale_locks()
 
-EXP = S.experiment
-MEMBERS = S.member_names
-MEMBER_SPECS = {m.name: m for m in S.members}
-SFT_MEMBERS = [m.name for m in S.members if m.sft_domain]
-ITERATIONS = list(range(1, S.iterations + 1))
-ROUNDS = list(range(S.matchmaking.rounds_per_iteration))
-LAST_ROUND = ROUNDS[-1]
-GGUF_BASES = [k for k, v in S.base_models.items() if v.gguf_file]
+RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
+EXPERIMENTS = list(STUDY.experiments)
+S = STUDY.experiments[EXPERIMENTS[0]]  # study-wide settings: fan-out, backend, resources
+MEMBER_SPECS = {m.name: m for s in RUNS.values() for m in s.members}
+MEMBERS = list(MEMBER_SPECS)  # every member of every run (one pool: one list)
+SFT_MEMBERS = [name for name, m in MEMBER_SPECS.items() if m.sft_domain]
+GGUF_BASES = sorted({k for s in RUNS.values() for k, v in s.base_models.items() if v.gguf_file})
 FANOUT = S.fanout  # member: one job per member / judge; pool: one job serves all
 DPO_FANOUT = S.dpo_fanout or S.fanout
 # conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
@@ -61,7 +64,8 @@ def alternatives(names):
 
 
 wildcard_constraints:
-    exp=re.escape(EXP),
+    exp=alternatives(RUNS),
+    study=re.escape(STUDY.name),
     t=r"\d+",
     r=r"\d+",
     member=alternatives(MEMBERS),
@@ -70,58 +74,108 @@ wildcard_constraints:
     split="alignment|validation|test",
 
 
+# --- per run ------------------------------------------------------------------------------
+
+
+def run_of(wildcards):
+    return RUNS[wildcards.exp]
+
+
+def init_of(exp):
+    """The run holding ``exp``'s prompt splits, initial pool and its evaluation."""
+    return STUDY.init_of.get(exp, exp)
+
+
+def members_of(exp):
+    return RUNS[exp].member_names
+
+
+def iterations_of(exp):
+    return list(range(1, RUNS[exp].iterations + 1))
+
+
+def rounds_of(exp):
+    """Rounds per iteration: the matchmaking setting for Sparta; one for a baseline."""
+    s = RUNS[exp]
+    return list(range(s.matchmaking.rounds_per_iteration if s.method == "sparta" else 1))
+
+
 def settings(*sections):
-    """Rule params: the named settings sections as plain data (sparta.settings.SECTIONS), so
-    a job reruns when, and only when, a setting it uses changes."""
-    return section_data(S, *sections)
+    """Rule params: the named settings sections of the job's run as plain data
+    (sparta.settings.SECTIONS), so a job reruns when, and only when, a setting it uses
+    changes."""
+    return {name: (lambda wc, name=name: section_data(run_of(wc), name)[name]) for name in sections}
+
+
+def method(wildcards):
+    return run_of(wildcards).method
+
+
+def baselines(wildcards):
+    """Param: the baselines' settings for a baseline run; None (the defaults, unused) for
+    Sparta, so editing them reruns nothing of a Sparta run."""
+    s = run_of(wildcards)
+    return None if s.method == "sparta" else section_data(s, "baselines")["baselines"]
 
 
 def tracking(wildcards):
     """How the trainers report (train.report_to): not compared for reruns."""
-    t = getattr(wildcards, "t", "0")
+    s, t = run_of(wildcards), getattr(wildcards, "t", "0")
     return Untracked(
         {
-            "report_to": list(S.train.report_to),
-            "project": S.train.project or EXP,
-            "run_name": f"{EXP}/iter_{t}",
-            "logging_dir": f"results/{EXP}/logs/tensorboard/iter_{t}",
+            "report_to": list(s.train.report_to),
+            "project": s.train.project or STUDY.name,
+            "run_name": f"{wildcards.exp}/iter_{t}",
+            "logging_dir": f"results/{wildcards.exp}/logs/tensorboard/iter_{t}",
         }
     )
 
 
-def base_folder(member):
-    return S.base_folder(MEMBER_SPECS[member].base)
+def base_folder(wildcards):
+    return run_of(wildcards).base_folder(MEMBER_SPECS[wildcards.member].base)
 
 
 def base_marker(wildcards):
     """The config.json of a member's base: ties a member to the rule that builds its base."""
-    return f"{base_folder(wildcards.member)}/config.json"
+    return f"{base_folder(wildcards)}/config.json"
+
+
+def checkpoint_json(exp, member, c):
+    """member.json of checkpoint c of a member (0 = the initial pool, in the shared run)."""
+    run = init_of(exp) if c == 0 else exp
+    return f"results/{run}/iter_{c}/members/{member}/member.json"
 
 
 def member_json(wildcards, member=None, t=None):
     """member.json of a member as it enters iteration t (the output of iteration t - 1)."""
     t = int(wildcards.t) if t is None else t
     member = member or getattr(wildcards, "member", None) or wildcards.judge
-    return f"results/{EXP}/iter_{t - 1}/members/{member}/member.json"
+    return checkpoint_json(wildcards.exp, member, t - 1)
+
+
+def data(split):
+    """Input function: a prompt split of the job's run (made once, in its shared run)."""
+    return lambda wc: f"results/{init_of(wc.exp)}/data/{split}.parquet"
 
 
 def previous_state(wildcards):
     """The reputation state a round starts from: the previous round's, or the previous
     iteration's last round, or the initial state."""
-    t, r = int(wildcards.t), int(wildcards.r)
+    exp, t, r = wildcards.exp, int(wildcards.t), int(wildcards.r)
     if r > 0:
-        return f"results/{EXP}/iter_{t}/round_{r - 1}/state.parquet"
+        return f"results/{exp}/iter_{t}/round_{r - 1}/state.parquet"
     if t > 1:
-        return f"results/{EXP}/iter_{t - 1}/round_{LAST_ROUND}/state.parquet"
-    return f"results/{EXP}/iter_0/state.parquet"
+        return f"results/{exp}/iter_{t - 1}/round_{rounds_of(exp)[-1]}/state.parquet"
+    return f"results/{exp}/iter_0/state.parquet"
 
 
-def round_tables(name, key="member"):
+def round_tables(name):
     """Input function: a per-member table of one round (responses/<member>, judgments/<judge>)
-    for every member."""
+    for every member of the run."""
 
     def paths(wildcards):
-        return [f"results/{EXP}/iter_{wildcards.t}/round_{wildcards.r}/{name}/{m}.parquet" for m in MEMBERS]
+        folder = f"results/{wildcards.exp}/iter_{wildcards.t}/round_{wildcards.r}/{name}"
+        return [f"{folder}/{m}.parquet" for m in members_of(wildcards.exp)]
 
     return paths
 
@@ -130,48 +184,90 @@ def iteration_tables(name):
     """Input function: a table of every round of iteration t."""
 
     def paths(wildcards):
-        return [f"results/{EXP}/iter_{wildcards.t}/round_{r}/{name}.parquet" for r in ROUNDS]
+        return [f"results/{wildcards.exp}/iter_{wildcards.t}/round_{r}/{name}.parquet" for r in rounds_of(wildcards.exp)]
 
     return paths
 
 
-def run_tables(name):
-    """Every round's table ``name`` (e.g. duels.parquet, responses/<member>.parquet with
-    {member}) over the whole run."""
-    rounds = [f"results/{EXP}/iter_{t}/round_{r}" for t in ITERATIONS for r in ROUNDS]
+def tables_of(exp, name):
+    """Every round's table ``name`` (duels.parquet, or responses/{member}.parquet for each
+    member) over the whole run."""
+    rounds = [f"results/{exp}/iter_{t}/round_{r}" for t in iterations_of(exp) for r in rounds_of(exp)]
     if "{member}" in name:
-        return [f"{r}/{name.format(member=m)}" for r in rounds for m in MEMBERS]
+        return [f"{r}/{name.format(member=m)}" for r in rounds for m in members_of(exp)]
     return [f"{r}/{name}" for r in rounds]
+
+
+def run_tables(name):
+    """Input function: :func:`tables_of` for the job's run."""
+    return lambda wc: tables_of(wc.exp, name)
+
+
+def last_state(wildcards):
+    exp = wildcards.exp
+    return f"results/{exp}/iter_{iterations_of(exp)[-1]}/round_{rounds_of(exp)[-1]}/state.parquet"
+
+
+def iteration_preferences(wildcards):
+    return [f"results/{wildcards.exp}/iter_{t}/preferences.parquet" for t in iterations_of(wildcards.exp)]
 
 
 def sft_data(wildcards):
     domain = MEMBER_SPECS[wildcards.member].sft_domain
-    return f"{S.sft.data_dir}/{domain}.jsonl" if domain else []
+    return f"{run_of(wildcards).sft.data_dir}/{domain}.jsonl" if domain else []
+
+
+def prompt_file(wildcards):
+    return run_of(wildcards).prompts.file
 
 
 def evaluation_task_files(wildcards):
-    return [t.file for t in S.evaluation.tasks if t.source == "file"]
+    return [t.file for t in run_of(wildcards).evaluation.tasks if t.source == "file"]
+
+
+def evaluated_checkpoints(exp):
+    """Checkpoints evaluated: all, or the initial pool and the last (evaluation.checkpoints)."""
+    last = iterations_of(exp)
+    return [0, *last] if RUNS[exp].evaluation.checkpoints == "all" else [0, last[-1]]
+
+
+def evaluations_of(exp):
+    """Evaluation tables of the evaluated checkpoints of every member (checkpoint 0 in the
+    shared run)."""
+    return [
+        f"results/{init_of(exp) if c == 0 else exp}/evaluation/checkpoint_{c}/{m}.parquet"
+        for c in evaluated_checkpoints(exp)
+        for m in members_of(exp)
+    ]
 
 
 def all_evaluations(wildcards):
-    return [
-        f"results/{EXP}/evaluation/checkpoint_{t}/{m}.parquet" for t in [0, *ITERATIONS] for m in MEMBERS
-    ]
+    return evaluations_of(wildcards.exp)
+
+
+def trained(exp, c, member):
+    return c > 0 or bool(MEMBER_SPECS[member].sft_domain)
 
 
 def all_training_logs(wildcards):
     """The trainer's log of every trained checkpoint (SFT of iteration 0, DPO after)."""
+    exp = wildcards.exp
     return [
-        f"results/{EXP}/iter_{t}/members/{m}/training_log.parquet"
-        for t in [0, *ITERATIONS]
-        for m in MEMBERS
-        if t > 0 or MEMBER_SPECS[m].sft_domain
+        f"{os.path.dirname(checkpoint_json(exp, m, c))}/training_log.parquet"
+        for c in [0, *iterations_of(exp)]
+        for m in members_of(exp)
+        if trained(exp, c, m)
     ]
+
+
+def held_out_accuracy(wildcards):
+    exp = wildcards.exp
+    return [f"results/{exp}/analysis/pair_accuracy/iter_{t}.parquet" for t in iterations_of(exp)[:-1]]
 
 
 def optional_evaluation(wildcards):
     """The evaluation scores when evaluation is on; analyses and plots work without them."""
-    return f"results/{EXP}/evaluation/scores.parquet" if S.evaluation.enabled else []
+    return f"results/{wildcards.exp}/evaluation/scores.parquet" if run_of(wildcards).evaluation.enabled else []
 
 
 REPORT_FIGURES = (
@@ -199,45 +295,78 @@ ANALYSIS_TABLES = (
 )
 
 
-def member_files(t, member):
+def member_files(exp, c, member):
     """What a member checkpoint is on disk: member.json and, when sparta trained it, its
     adapter and the trainer's log."""
-    folder = f"results/{EXP}/iter_{t}/members/{member}"
-    trained = t > 0 or MEMBER_SPECS[member].sft_domain
+    folder = os.path.dirname(checkpoint_json(exp, member, c))
     files = ["adapter/adapter_config.json", "adapter/adapter_model.safetensors", "training_log.parquet"]
-    return [f"{folder}/member.json", *([f"{folder}/{f}" for f in files] if trained else [])]
+    return [f"{folder}/member.json", *([f"{folder}/{f}" for f in files] if trained(exp, c, member) else [])]
 
 
-def final_outputs():
-    """Every artifact the README promises, so a rerun rebuilds exactly what is missing: the
-    tables of every round, the preferences of every iteration, every member checkpoint (with
-    its weights), the evaluation and analysis tables, the figures."""
+def outputs_of(exp):
+    """Every artifact the README promises for a run, so a rerun rebuilds exactly what is
+    missing: the tables of every round, the preferences of every iteration, every member
+    checkpoint (with its weights), the evaluation and analysis tables, the figures."""
+    s, init = RUNS[exp], init_of(exp)
     evaluation = []
-    if S.evaluation.enabled:
-        evaluation = [f"results/{EXP}/evaluation/{name}" for name in ("selection.tsv", "selection.parquet", "scores.parquet")]
-        evaluation += all_evaluations(None)
+    if s.evaluation.enabled:
+        evaluation = [f"results/{exp}/evaluation/{f}" for f in ("selection.tsv", "selection.parquet", "scores.parquet")]
+        evaluation += evaluations_of(exp)
     analysis = []
-    if S.analysis.enabled:
-        analysis = [f"results/{EXP}/report/{name}.png" for name in REPORT_FIGURES]
-        analysis += [f"results/{EXP}/analysis/{name}.parquet" for name in ANALYSIS_TABLES]
+    if s.analysis.enabled:
+        analysis = [f"results/{exp}/report/{name}.png" for name in REPORT_FIGURES]
+        analysis += [f"results/{exp}/analysis/{name}.parquet" for name in ANALYSIS_TABLES]
     tables = ("duels.parquet", "state.parquet", "history.parquet", "preferences.parquet",
               "responses/{member}.parquet", "judgments/{member}.parquet")
     return [
         *evaluation,
         *analysis,
-        f"results/{EXP}/settings.yaml",
-        f"results/{EXP}/reputation_history.parquet",
-        f"results/{EXP}/final_state.parquet",
-        f"results/{EXP}/iter_0/state.parquet",
-        *[f"results/{EXP}/data/{split}.parquet" for split in ("alignment", "validation", "test")],
-        *[path for name in tables for path in run_tables(name)],
-        *[f"results/{EXP}/iter_{t}/preferences.parquet" for t in ITERATIONS],
-        *[path for t in [0, *ITERATIONS] for m in MEMBERS for path in member_files(t, m)],
+        f"results/{exp}/settings.yaml",
+        f"results/{exp}/reputation_history.parquet",
+        f"results/{exp}/final_state.parquet",
+        f"results/{exp}/iter_0/state.parquet",
+        *[f"results/{init}/data/{split}.parquet" for split in ("alignment", "validation", "test")],
+        *[path for name in tables for path in tables_of(exp, name)],
+        *[f"results/{exp}/iter_{t}/preferences.parquet" for t in iterations_of(exp)],
+        *[path for c in [0, *iterations_of(exp)] for m in members_of(exp) for path in member_files(exp, c, m)],
     ]
+
+
+def final_outputs():
+    study = []
+    if STUDY.is_study and any(s.evaluation.enabled for s in STUDY.experiments.values()):
+        study = [f"results/{STUDY.name}/{f}" for f in ("comparison.tsv", "comparison.parquet", "cost.parquet")]
+    return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study
 
 
 # Fan-out: the same rule is one job per member (wildcard {member} / {judge}) or one job per
 # round serving the whole pool; its outputs are the same per-member files either way.
+
+
+def study_runs(wildcards):
+    """Param of compare: every experiment run of the study, with where its pieces are."""
+    return [
+        {
+            "run": exp,
+            "experiment": STUDY.labels[exp],
+            "seed": RUNS[exp].seed,
+            "init": init_of(exp),
+            "iterations": iterations_of(exp),
+            "checkpoints": evaluated_checkpoints(exp)[1:],
+            "rounds": rounds_of(exp),
+            "members": members_of(exp),
+        }
+        for exp in EXPERIMENTS
+    ]
+
+
+def study_inputs(wildcards):
+    """Everything compare reads: evaluations and selections, answers and judgments."""
+    paths = []
+    for exp in EXPERIMENTS:
+        paths += evaluations_of(exp) + [f"results/{exp}/evaluation/selection.parquet"]
+        paths += tables_of(exp, "responses/{member}.parquet") + tables_of(exp, "judgments/{member}.parquet")
+    return paths
 
 
 def fanout_output(pattern, key="member", fanout=FANOUT):
@@ -254,7 +383,7 @@ def fanout_name(prefix, key="member", fanout=FANOUT):
 
 def served(wildcards, key="member", fanout=FANOUT):
     """The members one job serves."""
-    return [getattr(wildcards, key)] if fanout == "member" else MEMBERS
+    return [getattr(wildcards, key)] if fanout == "member" else members_of(wildcards.exp)
 
 
 def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):

@@ -6,8 +6,8 @@ rule evaluate_member:
     One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
     input:
         members=served_member_jsons("member", iteration_offset=0),
-        validation="results/{exp}/data/validation.parquet",
-        test="results/{exp}/data/test.parquet",
+        validation=data("validation"),
+        test=data("test"),
         tasks=evaluation_task_files,
     output:
         scores=fanout_output("results/{exp}/evaluation/checkpoint_{t}/{member}.parquet"),

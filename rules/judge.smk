@@ -12,6 +12,8 @@ rule judge:
         judgments=fanout_output("results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet", "judge"),
     params:
         judges=lambda wc: served(wc, "judge"),
+        method=method,
+        baselines=baselines,
         **settings("runtime", "backend", "judge"),
     log:
         f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.log",

@@ -5,15 +5,16 @@ rule matchmake:
     """Duels of one round: prompts drawn for the iteration, first combatants balanced, each
     opponent drawn against the reputations at the start of the round."""
     input:
-        prompts="results/{exp}/data/alignment.parquet",
+        prompts=data("alignment"),
         state=previous_state,
     output:
         duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
     params:
-        members=MEMBERS,
-        per_iteration=S.prompts.per_iteration,
-        schedule=S.prompts.schedule,
-        seed=S.seed,
+        members=lambda wc: members_of(wc.exp),
+        per_iteration=lambda wc: run_of(wc).prompts.per_iteration,
+        schedule=lambda wc: run_of(wc).prompts.schedule,
+        seed=lambda wc: run_of(wc).seed,
+        method=method,
         **settings("matchmaking"),
     log:
         "results/{exp}/logs/iter_{t}/round_{r}/matchmake.log",

@@ -12,7 +12,7 @@ rule init_member:
         member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS]),
     params:
         member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
-        base=lambda wc: base_folder(wc.member),
+        base=base_folder,
     log:
         "results/{exp}/logs/iter_0/init_{member}.log",
     localrule: True
@@ -27,10 +27,10 @@ rule init_state:
     output:
         state="results/{exp}/iter_0/state.parquet",
     params:
-        members=MEMBERS,
-        initial={
-            "initial_reputation": S.reputation.initial_reputation,
-            "initial_deviation": S.reputation.initial_deviation,
+        members=lambda wc: members_of(wc.exp),
+        initial=lambda wc: {
+            "initial_reputation": run_of(wc).reputation.initial_reputation,
+            "initial_deviation": run_of(wc).reputation.initial_deviation,
         },
     log:
         "results/{exp}/logs/iter_0/init_state.log",

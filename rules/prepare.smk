@@ -7,7 +7,7 @@ rule convert_gguf:
     output:
         config="results/_bases/{base}/config.json",
     params:
-        spec=lambda wc: as_data(S.base_models[wc.base]),
+        spec=lambda wc: as_data(next(s.base_models[wc.base] for s in RUNS.values() if wc.base in s.base_models)),
         folder=lambda wc: f"results/_bases/{wc.base}",
     log:
         "results/_bases/logs/convert_{base}.log",
@@ -24,14 +24,14 @@ rule convert_gguf:
 rule split_prompts:
     """Split the prompt file with the seed into alignment, validation and test."""
     input:
-        prompts=S.prompts.file,
+        prompts=prompt_file,
     output:
         alignment="results/{exp}/data/alignment.parquet",
         validation="results/{exp}/data/validation.parquet",
         test="results/{exp}/data/test.parquet",
     params:
-        prompts=S.prompts.split_keys(),
-        seed=S.seed,
+        prompts=lambda wc: run_of(wc).prompts.split_keys(),
+        seed=lambda wc: run_of(wc).seed,
     log:
         "results/{exp}/logs/split_prompts.log",
     localrule: True

@@ -7,7 +7,7 @@ rule record_settings:
     output:
         settings="results/{exp}/settings.yaml",
     params:
-        settings=S.to_dict(),
+        settings=lambda wc: run_of(wc).to_dict(),
     log:
         "results/{exp}/logs/record_settings.log",
     localrule: True
@@ -24,11 +24,11 @@ rule analyze:
         states=run_tables("state.parquet"),
         responses=run_tables("responses/{member}.parquet"),
         judgments=run_tables("judgments/{member}.parquet"),
-        preferences=expand("results/{exp}/iter_{t}/preferences.parquet", exp=EXP, t=ITERATIONS),
+        preferences=iteration_preferences,
         history="results/{exp}/reputation_history.parquet",
         evaluation=optional_evaluation,
         training_logs=all_training_logs,
-        pair_accuracy=[f"results/{EXP}/analysis/pair_accuracy/iter_{t}.parquet" for t in ITERATIONS[:-1]],
+        pair_accuracy=held_out_accuracy,
     output:
         diversity="results/{exp}/analysis/diversity.parquet",
         lengths="results/{exp}/analysis/lengths.parquet",
@@ -40,6 +40,7 @@ rule analyze:
         training="results/{exp}/analysis/training.parquet",
         pair_accuracy="results/{exp}/analysis/pair_accuracy.parquet",
     params:
+        method=method,
         **settings("analysis"),
     log:
         "results/{exp}/logs/analyze.log",
@@ -119,9 +120,9 @@ rule pair_accuracy:
     """Held-out preference accuracy: every member before and after its DPO of iteration t,
     scored on the pairs of iteration t + 1 (never trained on)."""
     input:
-        before=lambda wc: [member_json(wc, member=m) for m in MEMBERS],
-        after=lambda wc: [member_json(wc, member=m, t=int(wc.t) + 1) for m in MEMBERS],
-        pairs=lambda wc: f"results/{EXP}/iter_{int(wc.t) + 1}/preferences.parquet",
+        before=lambda wc: [member_json(wc, member=m) for m in members_of(wc.exp)],
+        after=lambda wc: [member_json(wc, member=m, t=int(wc.t) + 1) for m in members_of(wc.exp)],
+        pairs=lambda wc: f"results/{wc.exp}/iter_{int(wc.t) + 1}/preferences.parquet",
     output:
         accuracy="results/{exp}/analysis/pair_accuracy/iter_{t}.parquet",
     params:
@@ -137,3 +138,28 @@ rule pair_accuracy:
         MODEL_ENV
     script:
         "../workflow/scripts/pair_accuracy.py"
+
+
+rule compare:
+    """The study's comparison (the paper's Table 1): per task and experiment the best member
+    on validation, on test, with paired bootstrap intervals against best init and Sparta; and
+    the inference each method spent."""
+    input:
+        study_inputs,
+    output:
+        comparison="results/{study}/comparison.parquet",
+        table=report(
+            "results/{study}/comparison.tsv",
+            caption="../workflow/report/comparison.rst",
+            category="Study",
+        ),
+        cost="results/{study}/cost.parquet",
+    params:
+        runs=study_runs,
+    log:
+        "results/{study}/logs/compare.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/compare.py"

@@ -17,7 +17,7 @@ rule sft_member:
     params:
         tracking=tracking,
         member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
-        base=lambda wc: base_folder(wc.member),
+        base=base_folder,
         **settings("runtime", "sft", "lora"),
     log:
         "results/{exp}/logs/iter_0/init_{member}.log",
@@ -54,6 +54,8 @@ rule dpo:
     params:
         members=lambda wc: served(wc, fanout=DPO_FANOUT),
         tracking=tracking,
+        method=method,
+        baselines=baselines,
         **settings("runtime", "dpo", "lora"),
     log:
         f"results/{{exp}}/logs/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.log",

@@ -237,3 +237,15 @@ def test_paper_scale_dag_job_counts(paper_workdir):
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")
     counts, _ = _dry_run(paper_workdir, "--config", "dpo_fanout=pool")
     assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 82}
+
+
+def test_paper_study_dag(paper_workdir):
+    """Sparta, 4 baselines, 4 ablations and 3 pool sizes, 3 seeds: 36 runs sharing 3 initial
+    pools; the 10 given experts are set up once per seed (no SFT)."""
+    study = REPO / "workflow" / "configs" / "paper-study.yaml"
+    counts, seconds = _dry_run(paper_workdir, "--configfile", str(PAPER), str(study))
+    runs = 12 * 3
+    assert counts["init_member"] == 10 * 3 and counts["split_prompts"] == 3
+    assert counts["evaluation_table"] == runs and counts["compare"] == 1 and counts["finalize"] == runs
+    assert counts["evaluate_member"] == 3 * 10 + 3 * (9 * 10 + 3 + 5 + 7) * 8  # shared checkpoint 0
+    print(f"paper-scale study dry run: {seconds:.1f} s, {counts['total']} jobs")

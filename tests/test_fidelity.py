@@ -35,6 +35,7 @@ def one_duel(scores: dict, a="m0", b="m1"):
             "response": ["4", "5"],
             "n_tokens": 1,
             "finish_reason": "stop",
+            "sample": 0,
         }
     )
     judgments = pd.DataFrame(
@@ -42,7 +43,15 @@ def one_duel(scores: dict, a="m0", b="m1"):
             {"duel_id": "t01-00000", "judge": j, "target": t, "score": s, "raw": "", "error": None}
             for (j, t), s in scores.items()
         ]
-    ).assign(truncated=False, format="pointwise", defences="none", sanitized=False)
+    ).assign(
+        truncated=False,
+        format="pointwise",
+        defences="none",
+        sanitized=False,
+        sample=0,
+        kind="score",
+        prompt_tokens=0,
+    )
     return duels, responses, judgments
 
 

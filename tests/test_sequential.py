@@ -49,6 +49,7 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                         "response": respond(m, d.prompt),
                         "n_tokens": 1,
                         "finish_reason": "stop",
+                        "sample": 0,
                     }
                     for d in duels.itertuples()
                     for m in (d.model_a, d.model_b)
@@ -67,6 +68,9 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                         "format": "pointwise",
                         "defences": "none",
                         "sanitized": False,
+                        "sample": 0,
+                        "kind": "score",
+                        "prompt_tokens": 0,
                     }
                     for k in MEMBERS
                     for d in duels.itertuples()

@@ -41,7 +41,7 @@ def _compare(cls, schema: dict, where: str, problems: list[str]) -> None:
         inner = schema.get("items") or schema.get("additionalProperties")
         props = inner["properties"]
     fields = {f.name for f in dataclasses.fields(cls)}
-    extra = {"preset"} if where == "reputation" else set()
+    extra = {"preset"} if where == "reputation" else {"study"} if where == "" else set()
     if set(props) != fields | extra:
         problems.append(
             f"{where}: only in the schema {sorted(set(props) - fields - extra)}, "

@@ -132,7 +132,8 @@ def paper_workspace(work: Path, config_path: Path) -> Path:
         fake_model_folder(work / m["adapter"], adapter=True)
     prompts = work / cfg["prompts"]["file"]
     prompts.parent.mkdir(parents=True, exist_ok=True)
-    prompts.write_text("".join(json.dumps({"prompt": f"Question {i}?"}) + "\n" for i in range(9000)))
+    rows = ({"prompt": f"Question {i}?", "reference": f"Answer {i}."} for i in range(9000))
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for task in cfg["evaluation"]["tasks"]:
         rows = [
             {"question": f"q{i}", "answer": str(i), "options": ["yes", "no"], "labels": [1, 0]}

@@ -28,8 +28,11 @@ hacking = analysis.reward_hacking(prefs)
 tables.write(hacking, out.reward_hacking, "reward_hacking")
 
 if cfg.answer and duels["answer"].notna().any():
-    label = analysis.collective_label_accuracy(prefs, duels, cfg.answer)
-    judge_acc = analysis.judges_label_accuracy(judgments, duels, responses, cfg.answer)
+    actor = prefs[prefs["kind"] == "actor"]
+    label = analysis.collective_label_accuracy(actor, duels, cfg.answer)
+    judge_acc = tables.empty("label_accuracy")  # judges of other members' answers: Sparta's
+    if sm.params.method == "sparta":
+        judge_acc = analysis.judges_label_accuracy(judgments, duels, responses, cfg.answer)
 else:
     log.info("no ground truth for the alignment prompts: label accuracy skipped")
     label = judge_acc = tables.empty("label_accuracy")

@@ -25,9 +25,12 @@ summaries = dpo_members(
     job.lora,
     job.runtime,
     Tracking(**sm.params.tracking.value),
+    loss=job.baselines.sppo_loss if sm.params.method == "sppo" else "dpo",
 )
 for spec, out, metrics, summary in zip(specs, outs, as_list(sm.output.training_log), summaries):
     history = summary.pop("log_history")
-    tables.write(training_log(history, spec.name, t, "dpo", len(prefs)), metrics, "training_log")
-    log.info("DPO of %s on %d pairs: %s", spec.name, len(prefs), summary)
+    tables.write(training_log(history, spec.name, t, "dpo", summary["pairs"]), metrics, "training_log")
+    log.info(
+        "DPO of %s on %d of the iteration's %d pairs: %s", spec.name, summary["pairs"], len(prefs), summary
+    )
     MemberSpec(spec.name, spec.base, summary["adapter"]).write(out)

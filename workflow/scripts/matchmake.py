@@ -1,8 +1,10 @@
-"""rule matchmake: the duels of one round, against the reputations at its start."""
+"""rule matchmake: the duels of one round, against the reputations at its start (Sparta), or
+every member against itself on every prompt of the iteration (a baseline)."""
 
 from sparta import tables
 from sparta.logs import setup
 from sparta.matchmaking import match_round, plan_iteration
+from sparta.methods import self_duels
 from sparta.reputation import PoolState
 from sparta.settings import job_settings
 
@@ -14,8 +16,14 @@ t, r = int(sm.wildcards.t), int(sm.wildcards.r)
 state = PoolState.from_frame(tables.read(sm.input.state, "state"))
 prompts = tables.read(sm.input.prompts, "prompts")
 members, n = sm.params.members, sm.params.per_iteration
-plan = plan_iteration(prompts, members, n, mm.rounds_per_iteration, seed, t, sm.params.schedule)
-duels = match_round(plan, members, state.reputations(), mm, seed, r)
+sparta = sm.params.method == "sparta"
+rounds = mm.rounds_per_iteration if sparta else 1
+plan = plan_iteration(prompts, members, n, rounds, seed, t, sm.params.schedule)
+duels = (
+    match_round(plan, members, state.reputations(), mm, seed, r)
+    if sparta
+    else self_duels(plan, members, t, r)
+)
 tables.write(duels, sm.output.duels, "duels")
 pairs = duels.groupby(["model_a", "model_b"]).size().to_dict()
-log.info("iteration %d round %d: %d duels; pairs %s", t, r, len(duels), pairs)
+log.info("iteration %d round %d (%s): %d duels; pairs %s", t, r, sm.params.method, len(duels), pairs)

@@ -12,6 +12,7 @@ from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.metrics import wilson_interval
 from sparta.settings import job_settings
+from sparta.train import pairs_of
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
@@ -27,27 +28,31 @@ for when, (ckpt, paths) in checkpoints.items():
         specs.append((when, ckpt, spec.name, MemberSpec(f"{spec.name}@{ckpt}", spec.base, spec.adapter)))
 backend = open_backend(job.backend, job.runtime, [s for *_, s in specs])
 rows = []
-for group in by_base([s for *_, s in specs]) if len(pairs) else []:
+for group in by_base([s for *_, s in specs]):
     tok = backend.serve(specs[group[0]][3]).tok
 
     def with_answer(text, prompt, tok=tok):
         return chat_ids(tok, prompt, system, text)
 
-    scored = [
-        option_requests(lambda x, q=p.prompt: with_answer(x, q), [answer])
-        for p in pairs.itertuples(index=False)
-        for answer in (p.chosen, p.rejected)
-    ]
-    asked = [i for i in group for _ in scored]
-    prompts = [ids[0] for _ in group for ids, _ in scored]
-    conts = [cont[0] for _ in group for _, cont in scored]
-    served = backend.serve_each([specs[i][3] for i in asked])
-    logps = served.continuation_logprobs(prompts, conts, job.evaluation.batch_size)
-    per_token = [row[0] / max(1, len(c[0])) for row, c in zip(logps, conts)]
-    frame = pd.DataFrame({"i": asked, "lp": per_token})
+    asked, prompts, conts = [], [], []
+    for i in group:  # a member's held-out pairs: all (Sparta) or its own (a baseline)
+        for p in pairs_of(pairs, specs[i][2]).itertuples(index=False):
+            for answer in (p.chosen, p.rejected):
+                ids, cont = option_requests(lambda x, q=p.prompt: with_answer(x, q), [answer])
+                asked.append(i)
+                prompts += ids
+                conts += cont
+    logps = (
+        backend.serve_each([specs[i][3] for i in asked]).continuation_logprobs(
+            prompts, conts, job.evaluation.batch_size
+        )
+        if asked
+        else []
+    )
+    per_token = pd.DataFrame({"i": asked, "lp": [row[0] / max(1, len(c[0])) for row, c in zip(logps, conts)]})
     for i in group:
         when, ckpt, name, _ = specs[i]
-        lp = frame.loc[frame["i"] == i, "lp"].to_numpy()
+        lp = per_token.loc[per_token["i"] == i, "lp"].to_numpy()
         margin = lp[0::2] - lp[1::2]  # chosen minus rejected, per pair
         agree = int((margin > 0).sum())
         low, high = wilson_interval(agree, len(margin))

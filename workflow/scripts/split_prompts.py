@@ -7,7 +7,9 @@ from sparta.logs import setup
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0])
 p = sm.params.prompts
-prompts = read_prompt_file(sm.input.prompts, p["prompt_column"], p["answer_column"], p["id_column"])
+prompts = read_prompt_file(
+    sm.input.prompts, p["prompt_column"], p["answer_column"], p["id_column"], p["reference_column"]
+)
 for name, df in split(prompts, p["validation"], p["test"], sm.params.seed).items():
     tables.write(df, sm.output[name], "prompts")
     log.info("%s: %d prompts", name, len(df))

@@ -58,11 +58,13 @@ def bleu(candidate: str, reference: str, max_n: int = 4) -> float:
 
 
 def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> pd.DataFrame:
-    """Diversity of the two answers of every duel: one row per duel."""
-    text = responses.set_index(["duel_id", "model"])["response"]
+    """Diversity of the two answers of every duel (a baseline's: a member's first two answers
+    to a prompt): one row per duel."""
+    text = {(r.duel_id, r.model, int(r.sample)): r.response for r in responses.itertuples(index=False)}
     rows = []
     for d in duels.itertuples(index=False):
-        a, b = text.get((d.duel_id, d.model_a)), text.get((d.duel_id, d.model_b))
+        second = (d.duel_id, d.model_b, 1 if d.model_a == d.model_b else 0)
+        a, b = text.get((d.duel_id, d.model_a, 0)), text.get(second)
         if a is None or b is None:
             continue
         rows.append(
@@ -75,7 +77,7 @@ def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> 
                 "b": b,
             }
         )
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows, columns=["iteration", "duel_id", "edit", "one_minus_bleu", "a", "b"])
     if embed is not None and len(out):
         va, vb = embed(out["a"].tolist()), embed(out["b"].tolist())
         out["embedding"] = 1 - (va * vb).sum(1)  # vectors are L2-normalised

@@ -5,6 +5,7 @@
     sparta show t01-00003 [--run results/default]
     sparta config [--configfile my.yaml ...]
     sparta export results/default --member adder [--iteration 2 | --best arithmetic] [--merge] OUT
+    sparta compare results/<study>
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
 gives a one-line error and exit status 2.
@@ -211,6 +212,27 @@ def cmd_config(args) -> dict:
         raise CLIError(str(e)) from None
 
 
+def cmd_compare(args):
+    """A study's comparison table (and its inference cost)."""
+    from .compare import format_table
+
+    folder = Path(args.study)
+    path = folder / "comparison.parquet"
+    if not path.exists():
+        raise CLIError(
+            f"no comparison in {folder}: run the study to its end (snakemake --configfile <study>.yaml)"
+        )
+    table = tables.read(path, "comparison")
+    if args.json:
+        return table
+    text = format_table(table)
+    cost_path = folder / "cost.parquet"
+    if cost_path.exists():
+        spent = tables.read(cost_path, "cost")
+        text += "\ninference per iteration (mean over seeds):\n" + spent.to_string(index=False)
+    return text
+
+
 def cmd_export(args) -> dict:
     from .export import ExportError, export
 
@@ -221,6 +243,9 @@ def cmd_export(args) -> dict:
 
 
 def _print(result, as_json: bool) -> None:
+    if isinstance(result, str):
+        print(result)
+        return
     if as_json:
         if isinstance(result, pd.DataFrame):
             print(result.to_json(orient="records", indent=1))
@@ -277,7 +302,9 @@ def main(argv=None) -> int:
     e.add_argument("--iteration", type=int, help="its checkpoint (default: the last; 0 = initial pool)")
     e.add_argument("--best", metavar="TASK", help="the member the evaluation selected for TASK")
     e.add_argument("--merge", action="store_true", help="merge the adapter into the base (a plain model)")
-    for parser in (p, s, d, c, e):
+    k = sub.add_parser("compare", help="a study's comparison table with its intervals")
+    k.add_argument("study", help="results/<study>")
+    for parser in (p, s, d, c, e, k):
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args(argv)
     commands = {
@@ -286,6 +313,7 @@ def main(argv=None) -> int:
         "show": cmd_show,
         "config": cmd_config,
         "export": cmd_export,
+        "compare": cmd_compare,
     }
     try:
         result = commands[args.command](args)

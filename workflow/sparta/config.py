@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .data import PromptFileError, read_prompt_file, read_table_file, split_sizes
 from .settings import Settings, SettingsError, TaskSpec
+from .study import Study, expand
 
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -39,14 +40,58 @@ def gguf_path(package: str, filename: str) -> Path:
     raise ConfigError(f"package {package!r} has no file {filename!r} (base_models.*.gguf_file)")
 
 
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+STUDY_WIDE = ("fanout", "dpo_fanout", "backend", "vllm", "resources", "device")
+
+
 def load(config: dict, root: str | Path = ".") -> Settings:
-    """The settings of a schema-checked config, after every check of :func:`check`."""
+    """The settings of a schema-checked experiment config, after every check of :func:`check`."""
     try:
         settings = Settings.from_config(config)
     except SettingsError as e:
         raise ConfigError(f"config problems:\n  - {e}") from e
     check(settings, root)
     return settings
+
+
+def load_study(config: dict, root: str | Path = ".") -> Study:
+    """Every run of a config (one experiment, or a study's) after every check: each
+    experiment's merged config against the schema and the world, and what a study shares."""
+    import jsonschema
+    import yaml
+
+    try:
+        study = expand(config)
+    except SettingsError as e:
+        raise ConfigError(f"config problems:\n  - {e}") from e
+    problems: list[str] = []
+    if study.is_study:
+        schema = yaml.safe_load(SCHEMA.read_text())
+        for exp, merged in study.configs.items():
+            for error in jsonschema.Draft202012Validator(schema).iter_errors(merged):
+                where = ".".join(map(str, error.absolute_path)) or "config"
+                problems.append(f"{exp}: {where}: {error.message}")
+    for exp, settings in study.experiments.items():
+        try:
+            check(settings, root)
+        except ConfigError as e:
+            prefix = f"{exp}: " if study.is_study else ""
+            problems += [prefix + line.removeprefix("  - ") for line in str(e).splitlines()[1:]]
+    first = next(iter(study.experiments.values()))
+    for exp, settings in study.experiments.items():
+        for key in STUDY_WIDE:
+            if getattr(settings, key) != getattr(first, key):
+                problems.append(
+                    f"{exp}: {key} differs from the other experiments; it is one setting of the whole study"
+                )
+        pooled = "pool" in (settings.fanout, settings.dpo_fanout)
+        if pooled and settings.member_names != first.member_names:
+            problems.append(
+                f"{exp}: fanout pool needs the same members in every experiment (pool sizes: fanout member)"
+            )
+    if problems:
+        raise ConfigError("config problems:\n  - " + "\n  - ".join(dict.fromkeys(problems)))
+    return study
 
 
 def check(settings: Settings, root: str | Path = ".") -> None:
@@ -101,8 +146,25 @@ def check(settings: Settings, root: str | Path = ".") -> None:
             if judge.adapter:
                 problems.extend(_check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter"))
     problems.extend(_check_backend(settings))
+    problems.extend(_check_method(settings, root))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_method(settings: Settings, root: Path) -> list[str]:
+    """What a baseline needs that the config may lack."""
+    m = settings.method
+    if m == "spin" and not settings.prompts.reference_column:
+        return ["method spin needs a reference answer per prompt: set prompts.reference_column"]
+    if m in ("self_rewarding", "meta_rewarding") and settings.judge.format != "pointwise":
+        return [f"method {m}: a member scores each of its own answers alone: set judge.format: pointwise"]
+    if m == "sppo" and settings.baselines.annotator is not None:
+        a = settings.baselines.annotator
+        problems = _check_model_folder(root / a.base, "baselines.annotator.base")
+        if a.adapter:
+            problems += _check_adapter_folder(root / a.adapter, "baselines.annotator.adapter")
+        return problems
+    return []
 
 
 def _check_model_folder(folder: Path, key: str) -> list[str]:
@@ -150,7 +212,9 @@ def _check_sft_data(path: Path, where: str) -> list[str]:
 def _check_prompts(settings: Settings, root: Path) -> list[str]:
     p = settings.prompts
     try:
-        prompts = read_prompt_file(root / p.file, p.prompt_column, p.answer_column, p.id_column)
+        prompts = read_prompt_file(
+            root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column
+        )
     except PromptFileError as e:
         return [str(e)]
     n_align, n_val, n_test = split_sizes(len(prompts), p.validation, p.test)

@@ -44,7 +44,11 @@ def read_table_file(path: str | Path, what: str = "prompt file", key: str = "pro
 
 
 def read_prompt_file(
-    path: str | Path, prompt_column: str, answer_column: str | None = None, id_column: str | None = None
+    path: str | Path,
+    prompt_column: str,
+    answer_column: str | None = None,
+    id_column: str | None = None,
+    reference_column: str | None = None,
 ) -> pd.DataFrame:
     """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
     path = Path(path)
@@ -55,6 +59,7 @@ def read_prompt_file(
         ("prompts.prompt_column", prompt_column),
         ("prompts.answer_column", answer_column),
         ("prompts.id_column", id_column),
+        ("prompts.reference_column", reference_column),
     ):
         if col is not None and col not in df.columns:
             raise PromptFileError(
@@ -70,15 +75,18 @@ def read_prompt_file(
     ids = df[id_column].astype(str) if id_column else pd.Series([f"q{i:06d}" for i in range(len(df))])
     if ids.duplicated().any():
         raise PromptFileError(f"prompt file {path}: ids in column {id_column!r} repeat")
-    answers = None
-    if answer_column:  # an answer may be missing (null): that example has no ground truth
-        answers = [None if pd.isna(a) else str(a) for a in df[answer_column]]
+
+    def texts(column):  # a value may be missing (null): that example has none
+        return [None if pd.isna(a) else str(a) for a in df[column]] if column else None
+
+    answers, references = texts(answer_column), texts(reference_column)
     return pd.DataFrame(
         {
             "prompt_id": ids.to_numpy(),
             "prompt": prompts.to_numpy(),
             "answer": answers,
             "domain": df["domain"].astype(str).to_numpy() if "domain" in df.columns else "default",
+            "reference": references,
         }
     )
 
@@ -142,12 +150,18 @@ def arithmetic_prompts(n: int, seed: int) -> pd.DataFrame:
         if len(rows) == n:
             break
         domain = DOMAINS[len(rows) % len(DOMAINS)]
-        q, ans, _ = _problem(domain, rng)
+        q, ans, solution = _problem(domain, rng)
         if q in seen:
             continue
         seen.add(q)
         rows.append(
-            {"prompt_id": f"arith-{len(rows):04d}", "prompt": q, "answer": str(ans), "domain": domain}
+            {
+                "prompt_id": f"arith-{len(rows):04d}",
+                "prompt": q,
+                "answer": str(ans),
+                "domain": domain,
+                "solution": solution,
+            }
         )
     if len(rows) < n:
         raise ValueError(f"could only make {len(rows)} distinct arithmetic prompts, asked for {n}")

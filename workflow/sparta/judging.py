@@ -68,6 +68,8 @@ class Judgment:
     error: str | None
     truncated: bool
     sanitized: bool = False
+    tokens: int = 0
+    """Prompt tokens the judge read for this answer (a pairwise comparison's are shared)."""
 
 
 # --- defences ---------------------------------------------------------------------------------
@@ -290,6 +292,9 @@ def judge_duels(
     if not built:
         return []
     cut = [c for _, _, c in built]
+    read = [len(ids) for _, ids, _ in built]
+    if pairs:  # both orders read both answers: each answer is charged half
+        read = [(read[k - k % 2] + read[k - k % 2 + 1]) // 2 for k in range(len(read))]
     if cfg.mode == "expected":
         candidates = ('A"}', 'B"}') if pairs else tuple(f"{s}}}" for s in SCORES)
         prepared = [
@@ -325,8 +330,56 @@ def judge_duels(
                     votes.append(1.0 if winner == a_is else 0.0)
             raw = json.dumps({"ab": outs[k].text, "ba": outs[k + 1].text})
             pair = _pairwise(sum(votes) / len(votes) if votes else None, raw, cut[k] or cut[k + 1])
-        result += [_flag(pair[0], sanitized[k]), _flag(pair[1], sanitized[k + 1])]
+        result += [_flag(pair[0], sanitized[k], read[k]), _flag(pair[1], sanitized[k + 1], read[k + 1])]
     return result
+
+
+def judge_answers(
+    judge, items: list[JudgeItem], cfg: JudgeSettings, system: str | None, seeds=None
+) -> list[Judgment]:
+    """Score answers each alone (pointwise, any number of them): one Judgment per item."""
+    if cfg.format != "pointwise":
+        raise ValueError("judge_answers scores answers alone: judge.format must be pointwise")
+    odd = len(items) % 2
+    padded = items + items[-1:] * odd
+    seeds = None if seeds is None else list(seeds) + list(seeds)[-1:] * odd
+    if odd and hasattr(judge, "members") and isinstance(judge.members, list):
+        judge = type(judge)(judge.backend, judge.members + judge.members[-1:])
+    return judge_duels(judge, padded, cfg, system, seeds)[: len(items)]
+
+
+META_PROMPT = (
+    "Please act as an impartial meta-judge. Below are an instruction given to a judge, and two "
+    "judgments the judge wrote. Which judgment is more accurate, better reasoned and more "
+    "faithful to the instruction?\n\n[Instruction to the judge]\n{user}\n\n[Judgment A]\n{a}\n"
+    "[End of judgment A]\n\n[Judgment B]\n{b}\n[End of judgment B]\n\n"
+    'Output only a JSON object of the form {{"better": "A"}} or {{"better": "B"}}.'
+)
+
+
+def meta_judge(judge, users: list[str], pairs: list[tuple[str, str]], cfg: JudgeSettings, system) -> list:
+    """P(the first judgment is better) of each pair of judgments, asked in both orders (the
+    meta-judge of Meta-Rewarding, in expected mode); None where it has no verdict. ``judge``
+    serves two requests per pair."""
+    prompts, conts = [], []
+    for user, (a, b) in zip(users, pairs):
+        shown = [fence(x) if cfg.fence else x for x in (a, b)]
+        for first, second in ((shown[0], shown[1]), (shown[1], shown[0])):
+            text = META_PROMPT.format(user=user, a=first, b=second)
+            full = [
+                chat_ids(judge.tok, text, system, PAIRWISE_PREFIX + c, plain=cfg.plain_text)
+                for c in ('A"}', 'B"}')
+            ]
+            p, c = candidate_ids(full)
+            prompts.append(p)
+            conts.append(c)
+    logps = judge.continuation_logprobs(prompts, conts, cfg.batch_size) if prompts else []
+    out = []
+    for k in range(0, len(logps), 2):
+        p1, _, _ = _expectation(logps[k], (1.0, 0.0))
+        p2, _, _ = _expectation(logps[k + 1], (0.0, 1.0))
+        out.append(None if p1 is None or p2 is None else (p1 + p2) / 2)
+    return out
 
 
 def _parsed(text: str, truncated: bool) -> Judgment:
@@ -342,8 +395,8 @@ def _pairwise(p_a: float | None, raw: str, truncated: bool) -> tuple[Judgment, J
     return Judgment(1 + 9 * p_a, raw, None, truncated), Judgment(10 - 9 * p_a, raw, None, truncated)
 
 
-def _flag(j: Judgment, sanitized: bool) -> Judgment:
-    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized)
+def _flag(j: Judgment, sanitized: bool, tokens: int) -> Judgment:
+    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized, tokens)
 
 
 def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):

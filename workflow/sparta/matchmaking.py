@@ -191,6 +191,7 @@ def match_round(
             "prompt_id": rows["prompt_id"].astype(str).to_numpy(),
             "prompt": rows["prompt"].astype(str).to_numpy(),
             "answer": rows["answer"].to_numpy() if "answer" in rows else None,
+            "reference": rows["reference"].to_numpy() if "reference" in rows else None,
             "model_a": rows["model_a"].to_numpy(),
             "model_b": [members[j] for j, _, _ in picks],
             "opponent_branch": [branch for _, branch, _ in picks],

@@ -388,6 +388,8 @@ def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcom
         "chosen_score": s_a if won_a else s_b,
         "rejected_score": s_b if won_a else s_a,
         "margin": abs(s_a - s_b),
+        "trainee": None,  # every member trains on Sparta's pairs
+        "kind": "actor",
     }
 
 

@@ -190,6 +190,24 @@ class SFTSettings:
 
 
 @dataclass(frozen=True)
+class BaselineSettings:
+    """The self-alignment baselines (method self_rewarding, meta_rewarding, spin, sppo)."""
+
+    samples: int = 4
+    """Answers a member samples per prompt (SPIN: one), with the combat sampling."""
+    meta_judgments: int = 2
+    """Meta-rewarding: judgments sampled of a chosen answer for the meta-judge to compare."""
+    length_control: float | None = None
+    """Meta-rewarding's length control rho (None: off): chosen = the shortest answer scored
+    within rho x (best - worst) of the best; rejected = the longest as near the worst."""
+    annotator: JudgeModel | None = None
+    """SPPO's win-probability model (None: the members' base model without adapter), used
+    pairwise in expected mode."""
+    sppo_loss: str = "sppo"
+    """sppo: SPPO's squared loss on the estimated win probabilities; sppo_hard: TRL's (P = 1 / 0)."""
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     """Experiment trackers of the SFT and DPO trainers: off by default, nothing is contacted
     unless ``report_to`` names one. Changing them reruns nothing."""
@@ -222,6 +240,8 @@ class PromptSettings:
     prompt_column: str
     answer_column: str | None = None
     id_column: str | None = None
+    reference_column: str | None = None
+    """A reference answer per prompt (SPIN's chosen answer)."""
     validation: float = 0.2
     test: float = 0.2
     per_iteration: int = 1000
@@ -231,7 +251,15 @@ class PromptSettings:
 
     def split_keys(self) -> dict[str, Any]:
         """What the split depends on (not per_iteration)."""
-        keys = ("file", "prompt_column", "answer_column", "id_column", "validation", "test")
+        keys = (
+            "file",
+            "prompt_column",
+            "answer_column",
+            "id_column",
+            "reference_column",
+            "validation",
+            "test",
+        )
         return {k: getattr(self, k) for k in keys}
 
 
@@ -270,6 +298,9 @@ class EvaluationSettings:
 
     enabled: bool = True
     batch_size: int = 16
+    checkpoints: str = "all"
+    """all: every checkpoint (0 = the initial pool, then after each iteration); final: the
+    initial pool and the last (what the selection and a study's comparison use)."""
     judge: JudgeModel | None = None
     tasks: tuple[TaskSpec, ...] = ()
 
@@ -365,6 +396,7 @@ class Settings:
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     dpo: DPOSettings = field(default_factory=DPOSettings)
     train: TrainSettings = field(default_factory=TrainSettings)
+    baselines: BaselineSettings = field(default_factory=BaselineSettings)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
 
@@ -421,6 +453,7 @@ SECTIONS: dict[str, type] = {
     "reputation": ReputationParams,
     "evaluation": EvaluationSettings,
     "analysis": AnalysisSettings,
+    "baselines": BaselineSettings,
 }
 """Sections a rule can receive as params (by these names) and a job rebuilds typed."""
 

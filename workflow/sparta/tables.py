@@ -21,7 +21,10 @@ _f64 = pa.float64()
 
 SCHEMAS: dict[str, pa.Schema] = {
     # one row per prompt of a task split (alignment, validation, test)
-    "prompts": pa.schema([("prompt_id", _str), ("prompt", _str), ("answer", _str), ("domain", _str)]),
+    # (answer: ground truth for evaluation; reference: a reference answer, SPIN's chosen)
+    "prompts": pa.schema(
+        [("prompt_id", _str), ("prompt", _str), ("answer", _str), ("domain", _str), ("reference", _str)]
+    ),
     # one row per duel, in the order the duels are played
     "duels": pa.schema(
         [
@@ -31,6 +34,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("prompt_id", _str),
             ("prompt", _str),
             ("answer", _str),
+            ("reference", _str),
             ("model_a", _str),
             ("model_b", _str),
             # how model_b was drawn: uniform (probability alpha) or top_k, and from whom
@@ -38,11 +42,12 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("opponent_candidates", pa.list_(_str)),
         ]
     ),
-    # one row per (duel, combatant)
+    # one row per (duel, combatant, sample): a baseline member answers a prompt several times
     "responses": pa.schema(
         [
             ("duel_id", _str),
             ("model", _str),
+            ("sample", _i32),
             ("response", _str),
             ("n_tokens", _i32),
             ("finish_reason", _str),
@@ -54,6 +59,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("duel_id", _str),
             ("judge", _str),
             ("target", _str),
+            ("sample", _i32),  # which answer of the target (baselines answer several times)
+            ("kind", _str),  # score (of an answer) | meta (a meta-judge's verdict on two judgments)
             ("score", _f64),
             ("raw", _str),
             ("error", _str),
@@ -61,6 +68,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("format", _str),  # pointwise | pairwise
             ("defences", _str),  # the defences on: plain_text, sanitize, fence (or none)
             ("sanitized", pa.bool_()),  # the sanitizer removed something from this answer
+            ("prompt_tokens", pa.int64()),  # tokens the judge read for this answer (inference cost)
         ]
     ),
     # one row per duel in update order
@@ -117,6 +125,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("chosen_score", _f64),
             ("rejected_score", _f64),
             ("margin", _f64),
+            ("trainee", _str),  # who trains on the pair: null for every member (Sparta)
+            ("kind", _str),  # actor (an answer pair) | judge (meta-rewarding's judgment pair)
         ]
     ),
     # --- evaluation ------------------------------------------------------------------------
@@ -203,6 +213,29 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("accuracy_high", _f64),
             ("mean_margin", _f64),  # chosen minus rejected, mean log-probability per token
         ]
+    ),
+    # --- studies -----------------------------------------------------------------------------
+    # per task and experiment: the best-on-validation member's test score (mean and sd over
+    # seeds) and its paired-bootstrap differences to best init and to Sparta
+    "comparison": pa.schema(
+        [
+            ("task", _str),
+            ("experiment", _str),
+            ("seeds", pa.int64()),
+            ("items", pa.int64()),
+            ("test", _f64),
+            ("test_sd", _f64),
+        ]
+        + [
+            (f"{ref}{x}", pa.bool_() if x == "_significant" else _f64)
+            for ref in ("vs_best_init", "vs_sparta")
+            for x in ("", "_low", "_high", "_p", "_significant")
+        ]
+    ),
+    # inference per experiment and iteration, mean over seeds
+    "cost": pa.schema(
+        [("experiment", _str), ("iteration", _i32)]
+        + [(c, _f64) for c in ("answers", "tokens_generated", "judgments", "tokens_judged")]
     ),
     # --- analyses ----------------------------------------------------------------------------
     # mean distance between the two answers of a duel, per iteration (embedding: null if off)

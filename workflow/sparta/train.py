@@ -36,19 +36,88 @@ def lora_config(lora: LoraSettings):
     )
 
 
-def preference_dataset(prefs: pd.DataFrame, system: str | None):
+def preference_dataset(prefs: pd.DataFrame, system: str | None, win_probs: bool = False):
     """Conversational DPO rows: the prompt as chat messages, chosen/rejected as assistant turns.
-    TRL applies the model's chat template to them."""
+    TRL applies the model's chat template to them. ``win_probs``: SPPO's estimated win
+    probabilities too, from the pairs' scores (1 + 9 P)."""
     from datasets import Dataset
 
     sys = [{"role": "system", "content": system}] if system else []
-    return Dataset.from_dict(
-        {
-            "prompt": [sys + [{"role": "user", "content": p}] for p in prefs["prompt"]],
-            "chosen": [[{"role": "assistant", "content": c}] for c in prefs["chosen"]],
-            "rejected": [[{"role": "assistant", "content": r}] for r in prefs["rejected"]],
-        }
-    )
+    rows = {
+        "prompt": [sys + [{"role": "user", "content": p}] for p in prefs["prompt"]],
+        "chosen": [[{"role": "assistant", "content": c}] for c in prefs["chosen"]],
+        "rejected": [[{"role": "assistant", "content": r}] for r in prefs["rejected"]],
+    }
+    if win_probs:
+        rows["win_prob_chosen"] = [(s - 1) / 9 for s in prefs["chosen_score"]]
+        rows["win_prob_rejected"] = [(s - 1) / 9 for s in prefs["rejected_score"]]
+    return Dataset.from_dict(rows)
+
+
+def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
+    """The pairs a member trains on: every pair (Sparta: no trainee) or its own (a baseline)."""
+    if "trainee" not in prefs:
+        return prefs
+    return prefs[prefs["trainee"].isna() | (prefs["trainee"] == member)].reset_index(drop=True)
+
+
+def sppo_trainer():
+    """TRL's DPOTrainer with SPPO's loss (Wu et al. 2024, eq. 4.7) on estimated win
+    probabilities: (log pi/pi_ref(y_w) - (P_w - 1/2) / beta)^2 + (log pi/pi_ref(y_l) -
+    (P_l - 1/2) / beta)^2. With P_w = 1, P_l = 0 it is TRL's sppo_hard. Built on first use:
+    TRL is imported only by training jobs."""
+    from trl import DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    extra = ("win_prob_chosen", "win_prob_rejected")
+    not_model = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps", *extra}
+
+    class Collator(DataCollatorForPreference):
+        def torch_call(self, examples):
+            out = super().torch_call(examples)
+            for k in extra:
+                out[k] = torch.tensor([float(e[k]) for e in examples], dtype=torch.float32)
+            return out
+
+    class SPPOTrainer(DPOTrainer):
+        def _set_signature_columns_if_needed(self):  # keep the probabilities in the batches
+            super()._set_signature_columns_if_needed()
+            self._signature_columns = [
+                *self._signature_columns,
+                *(c for c in extra if c not in self._signature_columns),
+            ]
+
+        def compute_ref_log_probs(self, model, inputs):
+            return super().compute_ref_log_probs(model, {k: v for k, v in inputs.items() if k not in extra})
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            completion_mask = inputs["completion_mask"]
+            kwargs = {k: v for k, v in inputs.items() if k not in not_model}
+            labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
+            out = model(**kwargs, use_cache=False, labels=labels, fused_lm_head=True)
+            logps = out.log_probs[:, -(completion_mask.size(1) - 1) :].sum(dim=1)
+            chosen, rejected = logps.chunk(2, dim=0)  # the batch is [chosen..., rejected...]
+            if self.precompute_ref_logps:
+                ref_c, ref_r = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
+            else:
+                ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
+            lr_c, lr_r = chosen - ref_c, rejected - ref_r
+            p_w, p_l = inputs["win_prob_chosen"].to(lr_c.dtype), inputs["win_prob_rejected"].to(lr_c.dtype)
+            loss = ((lr_c - (p_w - 0.5) / self.beta) ** 2 + (lr_r - (p_l - 0.5) / self.beta) ** 2).mean()
+            metrics = self._metrics["train" if self.model.training else "eval"]
+            rc, rr = self.beta * lr_c.detach(), self.beta * lr_r.detach()
+            for name, value in (
+                ("rewards/chosen", rc),
+                ("rewards/rejected", rr),
+                ("rewards/margins", rc - rr),
+                ("rewards/accuracies", (rc > rr).float()),
+                ("logps/chosen", chosen.detach()),
+                ("logps/rejected", rejected.detach()),
+            ):
+                metrics[name].append(self.accelerator.gather(value).mean().item())
+            return (loss, out) if return_outputs else loss
+
+    return SPPOTrainer, Collator
 
 
 class TrainableMembers:
@@ -148,6 +217,7 @@ def dpo_members(
     lora: LoraSettings,
     runtime: Runtime,
     tracking: Tracking = Tracking(),
+    loss: str = "dpo",
 ) -> list[dict]:
     """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
     another on one base load; each adapter is saved under ``<output folder>/adapter``.
@@ -163,7 +233,9 @@ def dpo_members(
     trainable = TrainableMembers(lora, runtime)
     summaries = []
     tok = None
+    everyone = prefs
     for spec, out_dir, seed in members:
+        prefs = pairs_of(everyone, spec.name)
         out_dir = Path(out_dir)
         adapter_dir = out_dir / "adapter"
         if len(prefs) == 0:
@@ -182,7 +254,7 @@ def dpo_members(
         args = DPOConfig(
             output_dir=str(out_dir / "trainer"),
             beta=params.beta,
-            loss_type=[params.loss_type],
+            loss_type=["sppo_hard" if loss == "sppo_hard" else params.loss_type],
             learning_rate=params.learning_rate,
             lr_scheduler_type=params.lr_scheduler,
             warmup_steps=params.warmup_ratio,  # a float in [0, 1) is a ratio of total steps
@@ -204,11 +276,17 @@ def dpo_members(
             disable_tqdm=False,
         )
         set_seed(seed)
-        trainer = DPOTrainer(
+        extra = {}
+        trainer_class = DPOTrainer
+        if loss == "sppo":
+            trainer_class, collator = sppo_trainer()
+            extra["data_collator"] = collator(pad_token_id=tok.pad_token_id, max_length=params.max_length)
+        trainer = trainer_class(
             model=model,
             args=args,
-            train_dataset=preference_dataset(prefs, runtime.system_prompt),
+            train_dataset=preference_dataset(prefs, runtime.system_prompt, win_probs=loss == "sppo"),
             processing_class=tok,
+            **extra,
         )
         result = trainer.train()
         # save only the member's own adapter, not TRL's frozen "ref" copy

@@ -1,0 +1,122 @@
+"""A study on tiny models: Sparta and the four baselines, one seed, in one DAG, with the
+initial pool shared; then the comparison and the inference each method spent."""
+
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sparta import tables
+
+from .workflow_helpers import REPO, run_snakemake, tiny_config, write_config
+
+pytestmark = pytest.mark.slow
+METHODS = ("sparta", "self_rewarding", "meta_rewarding", "spin", "sppo")
+
+
+def study_config(base, methods=METHODS, seeds=(3,)) -> dict:
+    cfg = tiny_config(
+        base,
+        "tiny-study",
+        iterations=1,
+        prompts={"per_iteration": 3, "reference_column": "solution"},
+        judge={"max_new_tokens": 6},
+        baselines={"samples": 2},
+        evaluation={"checkpoints": "final"},
+    )
+    cfg["study"] = {"seeds": list(seeds), "experiments": {m: {"method": m} for m in methods}}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, tiny_base):
+    root = tmp_path_factory.mktemp("study")
+    proc = run_snakemake(root / "work", write_config(root, study_config(tiny_base)), timeout=2400)
+    return root / "work" / "results" / "tiny-study", proc
+
+
+def test_every_method_writes_the_same_tables(study):
+    out, _ = study
+    for method in METHODS:
+        run = out / f"{method}-seed3"
+        prefs = tables.read(run / "iter_1/preferences.parquet", "preferences")
+        responses = tables.read_many(
+            sorted((run / "iter_1/round_0/responses").glob("*.parquet")), "responses"
+        )
+        for member in ("ann", "bob", "cid"):
+            assert (run / f"iter_1/members/{member}/adapter/adapter_model.safetensors").is_file(), (
+                method,
+                member,
+            )
+        assert (run / "evaluation/selection.tsv").is_file() and (run / "report/training.png").is_file()
+        if method == "sparta":
+            assert prefs["trainee"].isna().all() and (responses["sample"] == 0).all()
+            continue
+        assert set(prefs["trainee"].dropna()) <= {"ann", "bob", "cid"} and prefs["trainee"].notna().all()
+        assert (prefs["chosen_model"] == prefs["trainee"]).all()
+        samples = 1 if method == "spin" else 2
+        assert responses.groupby(["duel_id", "model"]).size().eq(samples).all(), method
+    spin = tables.read(out / "spin-seed3/iter_1/preferences.parquet", "preferences")
+    duels = tables.read(out / "spin-seed3/iter_1/round_0/duels.parquet", "duels")
+    assert set(spin["chosen"]) <= set(duels["reference"])  # SPIN's chosen: the reference solutions
+    judged = tables.read_many(
+        sorted((out / "meta_rewarding-seed3/iter_1/round_0/judgments").glob("*")), "judgments"
+    )
+    assert {"score", "meta"} <= set(judged["kind"])
+    sppo = tables.read_many(sorted((out / "sppo-seed3/iter_1/round_0/judgments").glob("*")), "judgments")
+    assert set(sppo["judge"]) == {"annotator"} and sppo["score"].between(1, 10).all()
+
+
+def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
+    out, proc = study
+    shared = out / "_init-seed3"
+    assert (shared / "iter_0/members/ann/adapter/adapter_model.safetensors").is_file()
+    assert not any((out / f"{m}-seed3" / "iter_0" / "members").exists() for m in METHODS)
+    assert len(list((shared / "evaluation/checkpoint_0").glob("*.parquet"))) == 3
+    # a study of two experiments and two seeds: two SFT members, so 4 SFT jobs, not 8
+    cfg = write_config(tmp_path, study_config(tiny_base, ("sparta", "spin"), seeds=(1, 2)))
+    dry = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-q",
+            "rules",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path / "w"),
+            "--configfile",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    counts = dict(re.findall(r"^(\w+)\s+(\d+)$", dry.stdout, flags=re.M))
+    assert counts["sft_member"] == "4" and counts["evaluate_member"] == str(2 + 4)
+    # resuming: nothing to do once finished
+    again = run_snakemake(out.parent.parent, proc.args[proc.args.index("--configfile") + 1], "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_comparison_and_cost(study, capsys):
+    from sparta.cli import main
+
+    out, _ = study
+    table = tables.read(out / "comparison.parquet", "comparison")
+    assert set(table["experiment"]) == {"best init", *METHODS}
+    assert table["test"].between(0, 1).all() and (table["items"] > 0).all()
+    sparta = table.set_index("experiment").loc["sparta"]
+    assert sparta["vs_best_init_low"] <= sparta["vs_best_init"] <= sparta["vs_best_init_high"]
+    cost = tables.read(out / "cost.parquet", "cost").set_index("experiment")
+    assert cost.loc["spin", "tokens_judged"] == 0 and cost.loc["sparta", "tokens_judged"] > 0
+    assert cost.loc["self_rewarding", "answers"] == 2 * 3 * 3  # 2 samples x 3 prompts x 3 members
+    assert cost.loc["sparta", "answers"] == 2 * 3  # two combatants per prompt
+    assert main(["compare", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "vs best init" in printed and "tokens_generated" in printed
+    assert (pd.read_csv(out / "comparison.tsv", sep="\t")["experiment"] == table["experiment"]).all()
