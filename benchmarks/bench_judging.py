@@ -169,6 +169,8 @@ def main() -> None:
     specs = {m: MemberSpec(m, base, path) for m, path in given.items()}
     backend = open_backend(BackendSettings("hf"), Runtime(device="cpu"), list(specs.values()))
     table = answers(backend, specs, duels(args.duels), cache)
+    right = int(sum(exact_match(a, t) for a, t in zip(table["answer_a"], table["answer"])))
+    print(f"{len(table)} duels, 4 members (2 fight, 2 judge each duel); A right in {right} duels", flush=True)
     results = {}
     for fmt in args.formats.split(","):
         for mode in args.modes.split(","):
@@ -177,27 +179,26 @@ def main() -> None:
             )
             print(f"judging: {fmt} / {mode} ...", flush=True)
             results[f"{fmt}/{mode}"] = evaluate(backend, specs, table, cfg)
-    right = int(sum(exact_match(a, t) for a, t in zip(table["answer_a"], table["answer"])))
-    print(f"\n{len(table)} duels, 4 members (2 fight, 2 judge each duel); A right in {right} duels")
-    for key, r in results.items():
-        low, high = r["label_accuracy_ci"]
-        print(f"\n== {key}")
-        print(
-            f"label accuracy of the collective: {r['label_accuracy']:.3f} [{low:.3f}, {high:.3f}] "
-            f"(n = {r['decided']} decided of {r['informative']} informative duels)"
-        )
-        print(f"time per judgment: {r['seconds_per_judgment']:.3f} s")
-        print(f"{'B win rate, points':24}" + "".join(f"{k:>20}" for k in ["plain", *APPENDED]))
-        for state, rates in r["win_rate_b"].items():
-            print(
-                f"{'defences ' + state:24}" + "".join(f"{100 * rates[k]:20.1f}" for k in ["plain", *APPENDED])
-            )
-            gains = {k: 100 * (rates[k] - rates["plain"]) for k in APPENDED}
-            print(f"{'  gain over plain':24}" + f"{'':20}" + "".join(f"{gains[k]:+20.1f}" for k in APPENDED))
-            worst = max(gains[k] - gains["control"] for k in APPENDED if k != "control")
-            print(f"  largest injection gain over the control: {worst:+.1f} points")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+            show(f"{fmt}/{mode}", results[f"{fmt}/{mode}"])
+            if args.json:  # after every format and mode: a long run keeps what it measured
+                Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def show(key: str, r: dict) -> None:
+    low, high = r["label_accuracy_ci"]
+    print(f"\n== {key}")
+    print(
+        f"label accuracy of the collective: {r['label_accuracy']:.3f} [{low:.3f}, {high:.3f}] "
+        f"(n = {r['decided']} decided of {r['informative']} informative duels)"
+    )
+    print(f"time per judgment: {r['seconds_per_judgment']:.3f} s")
+    print(f"{'B win rate, points':24}" + "".join(f"{k:>20}" for k in ["plain", *APPENDED]))
+    for state, rates in r["win_rate_b"].items():
+        print(f"{'defences ' + state:24}" + "".join(f"{100 * rates[k]:20.1f}" for k in ["plain", *APPENDED]))
+        gains = {k: 100 * (rates[k] - rates["plain"]) for k in APPENDED}
+        print(f"{'  gain over plain':24}" + f"{'':20}" + "".join(f"{gains[k]:+20.1f}" for k in APPENDED))
+        worst = max(gains[k] - gains["control"] for k in APPENDED if k != "control")
+        print(f"  largest injection gain over the control: {worst:+.1f} points", flush=True)
 
 
 if __name__ == "__main__":

@@ -335,7 +335,7 @@ def outputs_of(exp):
 def final_outputs():
     study = []
     if STUDY.is_study and any(s.evaluation.enabled for s in STUDY.experiments.values()):
-        study = [f"results/{STUDY.name}/{f}" for f in ("comparison.tsv", "comparison.parquet", "cost.parquet")]
+        study = [f"results/{STUDY.name}/{f}" for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")]
     return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study
 
 
@@ -399,10 +399,14 @@ def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
 
 def model_threads(stage, fanout=FANOUT):
     """Threads of a model job: its GPUs' CPUs on a GPU, else every core of the run for a job
-    that serves the pool or trains, one for a job of one member (they run side by side)."""
+    that serves the pool or trains, one for a job of one member (they run side by side).
+    A cluster run has no core count of its own (no --cores): a CPU-only job there asks for
+    cpus_per_gpu cores (Slurm --cpus-per-task); a profile's set-threads overrides either."""
     r = getattr(S.resources, stage)
     if r.gpu:
         return r.gpu * r.cpus_per_gpu
+    if workflow._cores is None:
+        return r.cpus_per_gpu
     return workflow.cores if fanout == "pool" or stage in ("dpo", "sft") else 1
 
 

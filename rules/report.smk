@@ -163,3 +163,20 @@ rule compare:
         "../envs/core.yaml"
     script:
         "../workflow/scripts/compare.py"
+
+
+rule compare_figure:
+    """The study's figure: every experiment's difference to best init with its interval, and
+    the inference each spent."""
+    input:
+        comparison="results/{study}/comparison.parquet",
+        cost="results/{study}/cost.parquet",
+    output:
+        report("results/{study}/comparison.png", caption="../workflow/report/comparison_figure.rst", category="Study"),
+    log:
+        "results/{study}/logs/compare_figure.log",
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/compare_figure.py"

@@ -138,3 +138,35 @@ def test_empty_inputs_say_why():
     ):
         texts = [t.get_text() for ax in fig.axes for t in ax.texts]
         assert any(why in t for t in texts), (why, texts)
+
+
+def test_comparison_figure_shows_every_experiment_and_the_cost():
+    rows = []
+    for exp, d, sig in (("best init", None, False), ("sparta", 0.05, True), ("spin", -0.01, False)):
+        row = {"task": "arith", "experiment": exp, "seeds": 2, "items": 100, "test": 0.5 + (d or 0)}
+        row.update(
+            {
+                "vs_best_init": d,
+                "vs_best_init_low": None if d is None else d - 0.03,
+                "vs_best_init_high": None if d is None else d + 0.03,
+                "vs_best_init_significant": sig,
+            }
+        )
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    cost = pd.DataFrame(
+        {
+            "experiment": ["sparta", "sparta", "spin"],
+            "iteration": [1, 2, 1],
+            "tokens_generated": [100.0, 300.0, 50.0],
+            "tokens_judged": [800.0, 800.0, 0.0],
+        }
+    )
+    fig = figures.comparison(table, cost)
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_yticklabels()] == ["sparta (0.550)", "spin (0.490)"]
+    markers = [line for line in left.get_lines() if line.get_marker() == "o"]
+    assert [m.get_markerfacecolor() == "white" for m in markers] == [False, True]  # filled = significant
+    widths = sorted(round(p.get_width()) for p in right.patches)
+    assert widths == [0, 50, 200, 800]  # sparta: mean of 100 and 300 tokens generated a iteration
+    assert "no experiment" in figures.comparison(table.iloc[:0], cost).axes[0].texts[0].get_text()

@@ -181,3 +181,80 @@ def test_members_trained_in_one_job_equal_members_trained_alone(sft_adapter, tmp
         assert pooled.keys() == alone.keys()
         for key in alone:
             torch.testing.assert_close(pooled[key], alone[key], rtol=1e-5, atol=1e-6)
+
+
+def _sppo_setup(sft_adapter, tmp_path, loss_type, p_chosen, p_rejected):
+    """A trainer on the member (SPPO's when loss_type is None, else TRL's DPOTrainer with that
+    loss) and one batch of both pairs, reference log-probs precomputed as in dpo_members."""
+    from trl import DPOConfig, DPOTrainer
+
+    from sparta.train import TrainableMembers, load_tokenizer, preference_dataset, sppo_trainer
+
+    base, adapter = sft_adapter
+    model = TrainableMembers(LoraSettings(), CPU_SYS).attach(MemberSpec("ann", str(base), str(adapter)), 0)
+    tok = load_tokenizer(str(base))
+    tok.padding_side = "right"
+    prefs = PAIRS.assign(
+        chosen_score=[1 + 9 * p for p in p_chosen], rejected_score=[1 + 9 * p for p in p_rejected]
+    )
+    args = DPOConfig(
+        output_dir=str(tmp_path / "trainer"),
+        beta=0.1,
+        loss_type=[loss_type or "sigmoid"],
+        per_device_train_batch_size=2,
+        max_length=128,
+        precompute_ref_log_probs=True,
+        use_cpu=True,
+        report_to=[],
+        seed=0,
+    )
+    extra, cls = {}, DPOTrainer
+    if loss_type is None:
+        cls, collator = sppo_trainer()
+        extra["data_collator"] = collator(pad_token_id=tok.pad_token_id, max_length=128)
+    data = preference_dataset(prefs, "sys", win_probs=loss_type is None)
+    trainer = cls(model=model, args=args, train_dataset=data, processing_class=tok, **extra)
+    batch = next(iter(trainer.get_train_dataloader()))
+    return trainer, model, batch
+
+
+def test_sppo_loss_by_hand(sft_adapter, tmp_path):
+    """SPPO's squared loss (Wu et al. 2024, eq. 4.7) from log-probabilities computed here."""
+    p_w, p_l = torch.tensor([0.8, 0.6]), torch.tensor([0.3, 0.1])
+    trainer, model, batch = _sppo_setup(sft_adapter, tmp_path, None, p_w.tolist(), p_l.tolist())
+    _nudge(model)  # move the policy away from its reference (a frozen copy)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        token_logps = torch.log_softmax(logits[:, :-1].float(), -1).gather(
+            -1, batch["input_ids"][:, 1:, None]
+        )[..., 0]
+        logps = (token_logps * batch["completion_mask"][:, 1:]).sum(1)
+        chosen, rejected = logps.chunk(2)
+        lr_w = chosen - batch["ref_chosen_logps"]
+        lr_l = rejected - batch["ref_rejected_logps"]
+        by_hand = ((lr_w - (p_w - 0.5) / 0.1) ** 2 + (lr_l - (p_l - 0.5) / 0.1) ** 2).mean()
+        loss = trainer.compute_loss(model, batch)
+    assert lr_w.abs().max() > 1e-3  # the log-ratios are not trivially zero
+    assert torch.allclose(loss, by_hand, atol=1e-4), (loss, by_hand)
+
+
+def _nudge(model):
+    """Move the policy's LoRA away from the frozen reference copy, the same way every time."""
+    with torch.no_grad():
+        for name, w in model.named_parameters():
+            if "lora_B" in name and ".default." in name:
+                w.add_(0.05 * torch.randn(w.shape, generator=torch.Generator().manual_seed(1)))
+    model.eval()
+
+
+def test_sppo_with_hard_probabilities_is_trl_sppo_hard(sft_adapter, tmp_path):
+    """With P_w = 1 and P_l = 0 our loss is TRL's sppo_hard on the same batch."""
+    losses, batches = [], []
+    for loss_type, folder in ((None, "ours"), ("sppo_hard", "trl")):
+        trainer, model, batch = _sppo_setup(sft_adapter, tmp_path / folder, loss_type, [1.0, 1.0], [0.0, 0.0])
+        _nudge(model)
+        with torch.no_grad():
+            losses.append(trainer.compute_loss(model, batch))
+        batches.append(batch)
+    assert torch.equal(batches[0]["input_ids"], batches[1]["input_ids"])
+    assert losses[0] > 0 and torch.allclose(losses[0], losses[1], atol=1e-5), losses

@@ -270,3 +270,54 @@ def evaluation(scores: pd.DataFrame | None):
         ax.set_title(task)
         ax.legend(fontsize=8)
     return fig
+
+
+def comparison(table: pd.DataFrame, cost: pd.DataFrame):
+    """The study at a glance. Left: per task, each experiment's test score minus best init's,
+    with its paired bootstrap 95% interval (filled: significant at 0.05). Right: inference per
+    iteration of each experiment (tokens generated and tokens judges read, mean over seeds)."""
+    if len(table) == 0:
+        return empty("Comparison", "no experiment has a best-on-validation member to compare")
+    tasks = list(dict.fromkeys(table["task"]))
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.5 * (len(tasks) + 1), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        g = table[(table["task"] == task) & table["vs_best_init"].notna()].reset_index(drop=True)
+        y = np.arange(len(g))
+        d = g["vs_best_init"].to_numpy(float)
+        err = np.vstack(
+            [d - g["vs_best_init_low"].to_numpy(float), g["vs_best_init_high"].to_numpy(float) - d]
+        )
+        for k, sig in enumerate(g["vs_best_init_significant"].astype(bool)):
+            ax.errorbar(
+                d[k],
+                y[k],
+                xerr=err[:, k : k + 1],
+                fmt="o",
+                mfc=None if sig else "white",
+                capsize=4,
+                color="C0",
+            )
+        ax.axvline(0, color="grey", ls=":", lw=1)
+        ax.set_yticks(y, [f"{e} ({t:.3f})" for e, t in zip(g["experiment"], g["test"])])
+        ax.invert_yaxis()
+        n, s = (
+            int(table[table["task"] == task]["items"].max()),
+            int(table[table["task"] == task]["seeds"].max()),
+        )
+        ax.set_xlabel("test score minus best init (95% paired bootstrap)")
+        ax.set_title(f"{task}: {n} test items x {s} seeds (filled: p < 0.05)", fontsize=9)
+    ax = axes[0][-1]
+    if len(cost):
+        per = cost.groupby("experiment", sort=False)[["tokens_generated", "tokens_judged"]].mean()
+        y = np.arange(len(per))
+        ax.barh(y - 0.2, per["tokens_generated"], 0.4, label="tokens generated")
+        ax.barh(y + 0.2, per["tokens_judged"], 0.4, label="tokens judges read")
+        ax.set_yticks(y, list(per.index))
+        ax.invert_yaxis()
+        ax.set_xlabel("per iteration (mean over iterations and seeds)")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no answers or judgments recorded", ha="center", va="center")
+    ax.set_title("Inference spent")
+    return fig
