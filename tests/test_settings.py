@@ -135,3 +135,17 @@ def test_build_converts_nested_types():
     s = build(Settings, {**DEFAULT, "reputation": None}, "")
     assert isinstance(s.members, tuple) and s.members[0].name == "adder"
     assert isinstance(s.lora.target_modules, tuple) and isinstance(s.dpo.learning_rate, float)
+
+
+def test_the_pure_core_imports_no_model_library():
+    """Judge prompts, parsing, sanitising, reputation and match-making are plain Python: a
+    table job or a test of them never pays for torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sparta.judging, sparta.reputation, sparta.matchmaking, sparta.settings;"
+        "print(','.join(m for m in ('torch', 'transformers', 'peft', 'trl') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", out.stdout
