@@ -3,7 +3,8 @@ judgment costs, and how much an answer gains by talking to its judges, with the 
 and off, for each judge format and mode.
 
     python benchmarks/bench_judging.py [--duels 200] [--formats pointwise,pairwise]
-                                       [--modes expected,generate] [--json out.json]
+                                       [--modes expected,generate] [--injections all]
+                                       [--json out.json]
 
 Duels: ``--duels`` arithmetic prompts with known answers (data/arithmetic.jsonl), each fought
 by two members of the embedded default pool (its SFT adapters, trained once into the cache
@@ -117,7 +118,7 @@ def judge_all(backend, specs, table, cfg: JudgeSettings, b_suffix: str = "", bas
     return mean["a"].to_numpy(), mean["b"].to_numpy(), len(items)
 
 
-def evaluate(backend, specs, table, cfg: JudgeSettings) -> dict:
+def evaluate(backend, specs, table, cfg: JudgeSettings, injections: bool = True) -> dict:
     right_a = np.array([exact_match(a, t) for a, t in zip(table["answer_a"], table["answer"])])
     right_b = np.array([exact_match(b, t) for b, t in zip(table["answer_b"], table["answer"])])
     start = time.perf_counter()
@@ -138,7 +139,7 @@ def evaluate(backend, specs, table, cfg: JudgeSettings) -> dict:
         "requests": requests,
         "win_rate_b": {},
     }
-    for defended in (True, False):
+    for defended in (True, False) if injections else ():
         c = cfg if defended else replace(cfg, plain_text=False, sanitize=False, fence=False)
         base_a, base_b, _ = (s_a, s_b, 0) if defended else judge_all(backend, specs, table, c)
         rates = {"plain": float(np.mean(base_b > base_a))}
@@ -157,6 +158,12 @@ def main() -> None:
     ap.add_argument("--formats", default="pointwise,pairwise")
     ap.add_argument("--modes", default="expected,generate")
     ap.add_argument("--judge-tokens", type=int, default=16, help="max new tokens of mode generate")
+    ap.add_argument(
+        "--injections",
+        default="all",
+        help="format/mode keys (comma-separated) whose injection win rates are measured; "
+        "the others measure label accuracy and time only (all: every one)",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     import torch
@@ -178,7 +185,8 @@ def main() -> None:
                 format=fmt, mode=mode, max_length=1024, batch_size=8, max_new_tokens=args.judge_tokens
             )
             print(f"judging: {fmt} / {mode} ...", flush=True)
-            results[f"{fmt}/{mode}"] = evaluate(backend, specs, table, cfg)
+            inject = args.injections == "all" or f"{fmt}/{mode}" in args.injections.split(",")
+            results[f"{fmt}/{mode}"] = evaluate(backend, specs, table, cfg, inject)
             show(f"{fmt}/{mode}", results[f"{fmt}/{mode}"])
             if args.json:  # after every format and mode: a long run keeps what it measured
                 Path(args.json).write_text(json.dumps(results, indent=2))
@@ -192,6 +200,9 @@ def show(key: str, r: dict) -> None:
         f"(n = {r['decided']} decided of {r['informative']} informative duels)"
     )
     print(f"time per judgment: {r['seconds_per_judgment']:.3f} s")
+    if not r["win_rate_b"]:
+        print("injections: not measured in this run (--injections)", flush=True)
+        return
     print(f"{'B win rate, points':24}" + "".join(f"{k:>20}" for k in ["plain", *APPENDED]))
     for state, rates in r["win_rate_b"].items():
         print(f"{'defences ' + state:24}" + "".join(f"{100 * rates[k]:20.1f}" for k in ["plain", *APPENDED]))

@@ -25,7 +25,7 @@ pytestmark = [
 def default_run(tmp_path_factory):
     """The .test config (the default at test size), with the repository's data paths made
     absolute so it runs in a fresh working directory."""
-    from sparta.cli import merge
+    from sparta.study import merge
 
     root = tmp_path_factory.mktemp("default")
     cfg = merge(yaml.safe_load((REPO / "config.yaml").read_text()), yaml.safe_load(TEST_CONFIG.read_text()))

@@ -170,3 +170,25 @@ def test_comparison_figure_shows_every_experiment_and_the_cost():
     widths = sorted(round(p.get_width()) for p in right.patches)
     assert widths == [0, 50, 200, 800]  # sparta: mean of 100 and 300 tokens generated a iteration
     assert "no experiment" in figures.comparison(table.iloc[:0], cost).axes[0].texts[0].get_text()
+
+
+def test_an_interval_rounded_inside_its_estimate_still_draws(tmp_path):
+    # a study's judges were right in all of 60 informative pairs: the upper end of the stored
+    # interval was 1 - 1e-16, which matplotlib refuses as a negative error bar
+    label = pd.DataFrame(
+        {
+            "scope": ["iteration", "iteration"],
+            "iteration": [1, 2],
+            "judge": [None, None],
+            "correct": [60, 30],
+            "wrong": [0, 10],
+            "informative": [60, 40],
+            "pairs": [60, 40],
+            "accuracy": [1.0, 0.75],
+            "accuracy_low": [0.94, 0.6],
+            "accuracy_high": [1.0 - 1e-16, 0.86],
+        }
+    )
+    fig = figures.label_accuracy(label)
+    figures.save(fig, tmp_path / "label.png")
+    assert (tmp_path / "label.png").read_bytes()[:4] == b"\x89PNG"

@@ -153,3 +153,12 @@ def test_select_best_uses_validation_and_reports_test():
     sel = analysis.select_best(scores).set_index("stage")
     assert sel.loc["best initial", "member"] == "b" and sel.loc["best initial", "test"] == 0.1
     assert sel.loc["best final", "member"] == "a" and sel.loc["best final", "test"] == 0.2
+
+
+def test_wilson_interval_holds_its_estimate_at_the_ends():
+    from sparta.metrics import wilson_interval
+
+    for n in range(1, 200):  # rounding once left p = 1 just above the upper end (n = 4, 10, ...)
+        assert wilson_interval(n, n)[1] == 1.0 and wilson_interval(0, n)[0] == 0.0
+    low, high = wilson_interval(3, 10)
+    assert low < 0.3 < high and round(low, 3) == 0.108 and round(high, 3) == 0.603

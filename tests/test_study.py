@@ -120,3 +120,4 @@ def test_comparison_and_cost(study, capsys):
     printed = capsys.readouterr().out
     assert "vs best init" in printed and "tokens_generated" in printed
     assert (pd.read_csv(out / "comparison.tsv", sep="\t")["experiment"] == table["experiment"]).all()
+    assert (out / "comparison.png").read_bytes()[:4] == b"\x89PNG"  # the report's figure

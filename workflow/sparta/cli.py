@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import tables
+from .study import merge
 
 
 class CLIError(Exception):
@@ -177,16 +178,6 @@ def cmd_show(args) -> dict:
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-
-
-def merge(base: dict, extra: dict) -> dict:
-    """``extra`` deep-merged over ``base`` as Snakemake merges --configfile (lists replace)."""
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = (
-            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
 
 
 def cmd_config(args) -> dict:

@@ -31,6 +31,15 @@ def empty(title: str, why: str):
     return fig
 
 
+def _err(y, low, high) -> np.ndarray:
+    """Error-bar lengths below and above ``y`` for an interval [low, high]; never negative
+    (an interval rounded just inside its estimate, or a percentile interval that leaves it
+    out, draws as a zero-length bar on that side)."""
+    y = np.asarray(y, dtype=float)
+    low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+    return np.clip(np.vstack([y - low, high - y]), 0, None)
+
+
 def _trajectory(history: pd.DataFrame, member: str):
     """(duel step, reputation, deviation) of one member along the history, step 0 = start."""
     steps, rep, dev = [], [], []
@@ -147,7 +156,7 @@ def label_accuracy(label: pd.DataFrame):
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.5, 4))
     x, y = it["iteration"].astype(int), it["accuracy"].astype(float)
-    err = np.vstack([y - it["accuracy_low"].astype(float), it["accuracy_high"].astype(float) - y])
+    err = _err(y, it["accuracy_low"], it["accuracy_high"])
     ax.errorbar(x, y, yerr=err, fmt="o-", lw=2.5, color="black", capsize=4, label="collective (95% CI)")
     for n, acc, c in zip(x, y, it["informative"]):
         ax.annotate(f"n={c}", (n, acc), textcoords="offset points", xytext=(4, 6), fontsize=8)
@@ -191,7 +200,7 @@ def reward_hacking(table: pd.DataFrame):
     x = table["iteration"].astype(int)
     for side, style in (("chosen", "o-"), ("rejected", "s--")):
         y = table[f"{side}_share"].astype(float)
-        err = np.vstack([y - table[f"{side}_share_low"], table[f"{side}_share_high"] - y])
+        err = _err(y, table[f"{side}_share_low"], table[f"{side}_share_high"])
         ax.errorbar(x, y, yerr=err, fmt=style, capsize=4, label=f"{side} answers (95% CI)")
     for n, c in zip(x, table["pairs"]):
         ax.annotate(f"n={c}", (n, 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
@@ -234,7 +243,7 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
             h = held_out[held_out["when"] == when].set_index("member").reindex(members)
             x = np.arange(len(members)) + (k - 0.5) * 0.35
             y = h["accuracy"].to_numpy(dtype=float)
-            err = np.vstack([y - h["accuracy_low"].to_numpy(float), h["accuracy_high"].to_numpy(float) - y])
+            err = _err(y, h["accuracy_low"], h["accuracy_high"])
             axh.bar(x, y, 0.35, yerr=err, capsize=3, label=f"{when} its DPO")
         axh.set_xticks(range(len(members)), members, rotation=20)
         n = int(held_out["pairs"].max())
@@ -285,9 +294,7 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
         g = table[(table["task"] == task) & table["vs_best_init"].notna()].reset_index(drop=True)
         y = np.arange(len(g))
         d = g["vs_best_init"].to_numpy(float)
-        err = np.vstack(
-            [d - g["vs_best_init_low"].to_numpy(float), g["vs_best_init_high"].to_numpy(float) - d]
-        )
+        err = _err(d, g["vs_best_init_low"], g["vs_best_init_high"])
         for k, sig in enumerate(g["vs_best_init_significant"].astype(bool)):
             ax.errorbar(
                 d[k],
@@ -320,4 +327,5 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
     else:
         ax.text(0.5, 0.5, "no answers or judgments recorded", ha="center", va="center")
     ax.set_title("Inference spent")
+    fig.tight_layout()  # the right panel's experiment names clear the left panel
     return fig

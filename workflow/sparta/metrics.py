@@ -144,7 +144,8 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # the interval holds p; clamped so that rounding cannot put p outside it (p = 1, n = 60)
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
 
 
 def summarize_label_accuracy(labelled: pd.DataFrame, by: list[str]) -> pd.DataFrame:
