@@ -291,7 +291,8 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.5 * (len(tasks) + 1), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        g = table[(table["task"] == task) & table["vs_best_init"].notna()].reset_index(drop=True)
+        rows = table[table["task"] == task]
+        g = rows[rows["vs_best_init"].notna()].reset_index(drop=True)
         y = np.arange(len(g))
         d = g["vs_best_init"].to_numpy(float)
         err = _err(d, g["vs_best_init_low"], g["vs_best_init_high"])
@@ -308,10 +309,7 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
         ax.axvline(0, color="grey", ls=":", lw=1)
         ax.set_yticks(y, [f"{e} ({t:.3f})" for e, t in zip(g["experiment"], g["test"])])
         ax.invert_yaxis()
-        n, s = (
-            int(table[table["task"] == task]["items"].max()),
-            int(table[table["task"] == task]["seeds"].max()),
-        )
+        n, s = int(rows["items"].max()), int(rows["seeds"].max())
         ax.set_xlabel("test score minus best init (95% paired bootstrap)")
         ax.set_title(f"{task}: {n} test items x {s} seeds (filled: p < 0.05)", fontsize=9)
     ax = axes[0][-1]
