@@ -121,14 +121,9 @@ def judge_all(backend, specs, table, cfg: JudgeSettings, b_suffix: str = "", bas
     return mean["a"].to_numpy(), mean["b"].to_numpy(), len(items)
 
 
-def evaluate(
-    backend,
-    specs,
-    table,
-    cfg: JudgeSettings,
-    injections: bool = True,
-    defences: tuple[str, ...] = ("on", "off"),
-) -> dict:
+def evaluate(backend, specs, table, cfg: JudgeSettings, defences: tuple[str, ...] = ("on", "off")) -> dict:
+    """Label accuracy and time; and B's injection win rates for each defence state in
+    ``defences`` (none: injections not measured)."""
     right_a = np.array([exact_match(a, t) for a, t in zip(table["answer_a"], table["answer"])])
     right_b = np.array([exact_match(b, t) for b, t in zip(table["answer_b"], table["answer"])])
     start = time.perf_counter()
@@ -149,14 +144,14 @@ def evaluate(
         "requests": requests,
         "win_rate_b": {},
     }
-    for defended in [state == "on" for state in defences] if injections else ():
+    for state in defences:
+        defended = state == "on"
         c = cfg if defended else replace(cfg, plain_text=False, sanitize=False, fence=False)
         base_a, base_b, _ = (s_a, s_b, 0) if defended else judge_all(backend, specs, table, c)
         wins = {"plain": base_b > base_a}
         for name, suffix in APPENDED.items():
             a, b, _ = judge_all(backend, specs, table, c, suffix, base_a)
             wins[name] = b > a
-        state = "on" if defended else "off"
         result["win_rate_b"][state] = {k: float(np.mean(w)) for k, w in wins.items()}
         result.setdefault("wins_b", {})[state] = {k: w.astype(int).tolist() for k, w in wins.items()}
     return result
@@ -207,7 +202,7 @@ def main() -> None:
             )
             print(f"judging: {fmt} / {mode} ...", flush=True)
             inject = args.injections == "all" or f"{fmt}/{mode}" in args.injections.split(",")
-            results[f"{fmt}/{mode}"] = evaluate(backend, specs, table, cfg, inject, states)
+            results[f"{fmt}/{mode}"] = evaluate(backend, specs, table, cfg, states if inject else ())
             show(f"{fmt}/{mode}", results[f"{fmt}/{mode}"])
             if args.json:  # after every format and mode: a long run keeps what it measured
                 Path(args.json).write_text(json.dumps(results, indent=2))
