@@ -249,16 +249,25 @@ def _check_backend(settings: Settings) -> list[str]:
 
 
 def check_local_device(settings: Settings) -> None:
-    """Before a run whose jobs run on this machine: device cuda needs a CUDA GPU here."""
-    if settings.device != "cuda":
-        return
+    """Before a run whose jobs run on this machine: device cuda needs a CUDA GPU here, and the
+    run's dtype must be one this machine trains in (see train.trainer_precision)."""
+    if settings.device != "cuda" and settings.dtype in ("auto", "float32"):
+        return  # fp32 on a CPU, or auto's choice for the device found: trains anywhere
     import torch
 
-    if not torch.cuda.is_available():
+    if settings.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             "device: cuda, but this machine has no CUDA GPU for its local jobs: set device: auto "
             "(or cpu), or run on a GPU node / through a cluster executor (--profile slurm)"
         )
+    from .models import pick_device, pick_dtype
+    from .train import PrecisionError, trainer_precision
+
+    device = pick_device(settings.device)
+    try:
+        trainer_precision(device, pick_dtype(settings.dtype, device))
+    except PrecisionError as e:
+        raise ConfigError(f"dtype: {settings.dtype}: {e}; {e.hint}") from None
 
 
 def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:

@@ -26,9 +26,60 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "auto":  # bf16 on a GPU that has it, fp16 on an older one, fp32 on CPU
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def cpu_features() -> dict:
+    """What this CPU offers for training: PyTorch's vector kernel level
+    (``torch.backends.cpu.get_cpu_capability()``, e.g. AVX2 or AVX512) and whether it has
+    native bf16 arithmetic (x86 AVX512_BF16 or AMX-BF16, Arm BF16). Without native bf16,
+    bf16 matrix products on CPU are emulated: a 576x1536 layer on 512 tokens took 9x as long
+    as in fp32 on an AVX2 EPYC."""
+    import platform
+
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    native = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+    return {
+        "capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": native,
+        "machine": platform.machine(),
+        "model": _cpu_model(),
+        "cores": os.cpu_count(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes in bf16 natively (not emulated)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return cpu_features()["native_bf16"]
+    return True
 
 
 def load_tokenizer(base: str | os.PathLike):

@@ -48,7 +48,8 @@ class Runtime:
     device: str = "auto"
     """auto (CUDA when present) | cpu | cuda."""
     dtype: str = "auto"
-    """auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16."""
+    """auto (bf16 on a GPU that has it, else fp16; fp32 on CPU) | float32 | bfloat16 | float16.
+    Also every trainer's precision (train.trainer_precision), set explicitly."""
     system_prompt: str | None = "You are a helpful AI assistant."
     """System message of combat, judging, evaluation and training (authors' prompt)."""
 

@@ -18,10 +18,108 @@ import pandas as pd
 import torch
 
 from .members import MemberSpec, check_adapter_folder
-from .models import load_base, load_tokenizer, pick_device, pick_dtype
+from .models import load_base, load_tokenizer, native_bf16, pick_device, pick_dtype
 from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
 
 log = logging.getLogger(__name__)
+
+
+class PrecisionError(ValueError):
+    """The run's dtype cannot train on this device."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def trainer_precision(device: torch.device, dtype: torch.dtype) -> dict:
+    """The trainer arguments of the run's precision, every one set explicitly.
+
+    TRL's configs leave ``bf16`` unset, which transformers resolves to bf16 autocast wherever
+    bf16 is merely available, CPUs included: on a CPU without native bf16 an SFT step then ran
+    9x slower than in fp32, and trained in a precision the run never asked for. Here fp32
+    trains in fp32 (no autocast); bf16 trains under bf16 autocast only where the device
+    computes bf16 natively, fp16 only on CUDA; anything else is an error naming the fix."""
+    cpu = device.type == "cpu"
+    args = {"use_cpu": cpu, "bf16": False, "fp16": False, "dataloader_pin_memory": device.type == "cuda"}
+    if dtype == torch.float32:
+        return args
+    if dtype == torch.bfloat16:
+        if not native_bf16(device):
+            what = (
+                "this CPU has no native bf16 (AVX512_BF16, AMX or Arm BF16)"
+                if cpu
+                else f"{device} has no bf16"
+            )
+            raise PrecisionError(
+                f"dtype bfloat16 cannot train at full speed here: {what}, so bf16 would be emulated",
+                "set dtype: auto (fp32 on CPU, bf16 on a GPU that has it) or float32",
+            )
+        return {**args, "bf16": True}
+    if dtype == torch.float16:
+        if device.type != "cuda":
+            raise PrecisionError(
+                f"dtype float16 trains only on a CUDA GPU (device here: {device.type})",
+                "set dtype: auto or float32 for CPU runs",
+            )
+        return {**args, "fp16": True}
+    raise PrecisionError(
+        f"dtype {dtype} is not a training precision", "set dtype: auto, float32, bfloat16 or float16"
+    )
+
+
+def common_trainer_args(device: torch.device, dtype: torch.dtype, seed: int, out_dir: Path) -> dict:
+    """What every sparta trainer sets itself rather than inherit from a library default
+    (TRL 1.16 / transformers 5): precision, gradient checkpointing is set per stage by the
+    caller, logging every step (the training_log table and the job log's progress lines), no
+    checkpoints saved by the trainer (sparta saves the adapter), no dataloader workers, one
+    process (``average_tokens_across_devices`` has nothing to average), the seeds."""
+    return {
+        "output_dir": str(out_dir / "trainer"),
+        **trainer_precision(device, dtype),
+        "seed": seed,
+        "data_seed": seed,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "dataloader_num_workers": 0,
+        "average_tokens_across_devices": False,
+        "torch_compile": False,
+        "disable_tqdm": False,  # a bar on the terminal; the job log gets progress_callback's lines
+    }
+
+
+def progress_callback(stage: str, member: str):
+    """A trainer callback that writes progress to the job's log while it trains (step, loss,
+    steps/s, elapsed), so a long job's log file is never silent: every step for the first
+    few, then about every 2% of the run and at the end."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class ProgressLog(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.perf_counter()
+            log.info("%s %s: training %d steps", stage, member, state.max_steps)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = logs or {}
+            step, total = state.global_step, max(state.max_steps, 1)
+            every = max(1, total // 50)
+            if "loss" not in logs or not (step <= 5 or step % every == 0 or step == total):
+                return
+            elapsed = time.perf_counter() - self.start
+            log.info(
+                "%s %s: step %d/%d loss %.4f, %.2f steps/s, %.0f s elapsed",
+                stage,
+                member,
+                step,
+                total,
+                float(logs["loss"]),
+                step / elapsed if elapsed > 0 else 0.0,
+                elapsed,
+            )
+
+    return ProgressLog()
 
 
 def lora_config(lora: LoraSettings):
@@ -128,6 +226,7 @@ class TrainableMembers:
         self.lora, self.runtime = lora, runtime
         self.device = pick_device(runtime.device)
         self.dtype = pick_dtype(runtime.dtype, self.device)
+        trainer_precision(self.device, self.dtype)  # a dtype that cannot train stops before any load
         self.base: str | None = None
         self.model = None
 
@@ -252,7 +351,7 @@ def dpo_members(
             tok.padding_side = "right"
         model = trainable.attach(spec, seed)
         args = DPOConfig(
-            output_dir=str(out_dir / "trainer"),
+            **common_trainer_args(trainable.device, trainable.dtype, seed, out_dir),
             beta=params.beta,
             loss_type=["sppo_hard" if loss == "sppo_hard" else params.loss_type],
             learning_rate=params.learning_rate,
@@ -265,15 +364,9 @@ def dpo_members(
             gradient_checkpointing=params.gradient_checkpointing,
             max_length=params.max_length,
             precompute_ref_log_probs=True,
-            seed=seed,
-            data_seed=seed,
-            logging_steps=1,
-            save_strategy="no",
+            disable_dropout=True,  # TRL's default, stated: the LoRA dropout is off in DPO
+            padding_free=False,
             **tracking.args(spec.name),
-            use_cpu=trainable.device.type == "cpu",
-            bf16=trainable.dtype == torch.bfloat16,
-            dataloader_num_workers=0,
-            disable_tqdm=False,
         )
         set_seed(seed)
         extra = {}
@@ -286,8 +379,10 @@ def dpo_members(
             args=args,
             train_dataset=preference_dataset(prefs, runtime.system_prompt, win_probs=loss == "sppo"),
             processing_class=tok,
+            callbacks=[progress_callback("DPO" if loss == "dpo" else loss.upper(), spec.name)],
             **extra,
         )
+        log.info("%s: %d pairs; reference log-probabilities first, then training", spec.name, len(prefs))
         result = trainer.train()
         # save only the member's own adapter, not TRL's frozen "ref" copy
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
@@ -343,7 +438,9 @@ def sft_member(
     tok = load_tokenizer(base)
     tok.padding_side = "right"
     dev = pick_device(runtime.device)
-    model = load_base(base, dev, pick_dtype(runtime.dtype, dev))
+    dtype = pick_dtype(runtime.dtype, dev)
+    precision = trainer_precision(dev, dtype)  # before the load: a dtype that cannot train stops here
+    model = load_base(base, dev, dtype)
     sys = [{"role": "system", "content": system}] if system else []
     data = Dataset.from_dict(
         {
@@ -354,7 +451,7 @@ def sft_member(
         }
     )
     args = SFTConfig(
-        output_dir=str(out_dir / "trainer"),
+        **{**common_trainer_args(dev, dtype, seed, out_dir), **precision},
         max_steps=params.max_steps,
         learning_rate=params.learning_rate,
         lr_scheduler_type=params.lr_scheduler,
@@ -362,17 +459,19 @@ def sft_member(
         per_device_train_batch_size=params.batch_size,
         max_length=params.max_length,
         assistant_only_loss=False,
-        seed=seed,
-        data_seed=seed,
-        logging_steps=1,
-        save_strategy="no",
+        packing=False,
+        padding_free=False,
+        loss_type="nll",
         **tracking.args(name),
-        use_cpu=dev.type == "cpu",
-        dataloader_num_workers=0,
         gradient_checkpointing=params.gradient_checkpointing,
     )
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora_config(lora)
+        model=model,
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        peft_config=lora_config(lora),
+        callbacks=[progress_callback("SFT", name)],
     )
     result = trainer.train()
     adapter_dir = out_dir / "adapter"

@@ -1,0 +1,117 @@
+"""Every trainer takes its precision from the run's dtype, set explicitly, never from a
+library default (TRL's configs resolve an unset bf16 to bf16 autocast on any CPU)."""
+
+import logging
+
+import pytest
+import torch
+import yaml
+from trl import DPOConfig, SFTConfig
+
+from sparta import config as sparta_config
+from sparta.data import sft_examples
+from sparta.models import cpu_features, pick_dtype
+from sparta.settings import LoraSettings, Runtime, Settings, SFTSettings
+from sparta.train import PrecisionError, common_trainer_args, sft_member, trainer_precision
+
+from .tiny import build_tiny_model
+from .workflow_helpers import REPO
+
+DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")
+
+
+def test_library_default_would_train_cpu_in_bf16(tmp_path):
+    # the fault this guards against: TRL's own default on a CPU
+    assert SFTConfig(output_dir=str(tmp_path), use_cpu=True).bf16 is True
+
+
+@pytest.mark.parametrize("config", [SFTConfig, DPOConfig])
+def test_cpu_fp32_trainer_arguments(config, tmp_path):
+    args = config(**common_trainer_args(CPU, torch.float32, 3, tmp_path), gradient_checkpointing=False)
+    assert (args.bf16, args.fp16, args.use_cpu) == (False, False, True)
+    assert args.dataloader_pin_memory is False and args.average_tokens_across_devices is False
+    assert (args.seed, args.data_seed, args.logging_steps) == (3, 3, 1)
+
+
+def test_auto_is_fp32_on_cpu():
+    assert pick_dtype("auto", CPU) == torch.float32
+
+
+def test_cuda_like_settings(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert pick_dtype("auto", CUDA) == torch.bfloat16
+    bf16 = trainer_precision(CUDA, torch.bfloat16)
+    assert (bf16["bf16"], bf16["fp16"], bf16["use_cpu"], bf16["dataloader_pin_memory"]) == (
+        True,
+        False,
+        False,
+        True,
+    )
+    fp16 = trainer_precision(CUDA, torch.float16)
+    assert (fp16["bf16"], fp16["fp16"]) == (False, True)
+    assert trainer_precision(CUDA, torch.float32)["bf16"] is False
+    # a GPU without bf16 (V100, T4): auto falls back to fp16, and bf16 asked is an error
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert pick_dtype("auto", CUDA) == torch.float16
+    with pytest.raises(PrecisionError, match="bf16"):
+        trainer_precision(CUDA, torch.bfloat16)
+
+
+def test_fp16_on_cpu_is_an_error_naming_the_fix():
+    with pytest.raises(PrecisionError) as e:
+        trainer_precision(CPU, torch.float16)
+    assert "float32" in e.value.hint
+
+
+def test_cpu_bf16_follows_native_support(monkeypatch):
+    import sparta.models as models
+
+    feats = cpu_features()
+    assert feats["capability"] and isinstance(feats["native_bf16"], bool)
+    monkeypatch.setattr(models, "cpu_features", lambda: {**feats, "native_bf16": False})
+    with pytest.raises(PrecisionError, match="no native bf16"):
+        trainer_precision(CPU, torch.bfloat16)
+    monkeypatch.setattr(models, "cpu_features", lambda: {**feats, "native_bf16": True})
+    assert trainer_precision(CPU, torch.bfloat16)["bf16"] is True
+
+
+def test_run_asking_emulated_bf16_stops_before_any_job(monkeypatch):
+    import sparta.models as models
+
+    feats = cpu_features()
+    monkeypatch.setattr(models, "cpu_features", lambda: {**feats, "native_bf16": False})
+    s = Settings.from_config({**DEFAULT, "device": "cpu", "dtype": "bfloat16"})
+    with pytest.raises(sparta_config.ConfigError, match="dtype: bfloat16.*float32"):
+        sparta_config.check_local_device(s)
+
+
+def test_sft_trains_without_autocast_and_logs_progress(tmp_path, caplog, monkeypatch):
+    """The SFT of a CPU run computes in fp32 (no autocast context around the forward) and
+    its progress reaches the job log while it trains."""
+    base = build_tiny_model(tmp_path / "base")
+    seen = []
+    from transformers import PreTrainedModel
+
+    real_forward = type(torch.nn.Module()).__call__
+
+    def spy(self, *a, **k):
+        if isinstance(self, PreTrainedModel) and self.training:
+            seen.append(torch.is_autocast_enabled("cpu"))
+        return real_forward(self, *a, **k)
+
+    monkeypatch.setattr(torch.nn.Module, "__call__", spy)
+    with caplog.at_level(logging.INFO, logger="sparta.train"):
+        sft_member(
+            "ann",
+            str(base),
+            sft_examples("addition", 8, 0),
+            tmp_path / "ann",
+            SFTSettings(max_steps=3, batch_size=4),
+            LoraSettings(),
+            Runtime(seed=0, device="cpu", system_prompt=None),
+        )
+    assert seen and not any(seen)
+    assert "SFT ann: step 3/3 loss" in caplog.text
