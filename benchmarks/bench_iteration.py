@@ -127,6 +127,10 @@ def main() -> None:
         ("DPO steps/s", "dpo_steps_per_s", None),
     ]
     names = list(results)
+    sys.path.insert(0, str(REPO / "workflow"))
+    from sparta.models import cpu_features
+
+    print(f"CPU: {cpu_features()}")
     print(f"one default iteration on {args.cores} cores (12 duels, 4 members, adapters given)")
     print(f"{'':40}" + "".join(f"{n:>18}" for n in names) + ("   pool/member" if len(names) == 2 else ""))
     for label, wall, cpu in rows:
@@ -138,6 +142,11 @@ def main() -> None:
         if len(names) == 2:
             ratio = f"   {results['pool'][wall] / results['member'][wall]:.2f}"
         print(f"{label:40}" + "".join(f"{c:>18}" for c in cells) + ratio)
+    for stage in ("combat", "judge", "aggregate", "dpo"):  # cores used: CPU-s / wall-s
+        used = "".join(
+            f"{results[n][f'{stage}_cpu_s'] / results[n][f'{stage}_wall_s']:>18.2f}" for n in names
+        )
+        print(f"{stage + ' cores used':40}" + used)
     first = results[names[0]]
     print(f"tokens {first['tokens']}, judgments {first['judgments']}, DPO steps {first['dpo_steps']}")
     if args.json:

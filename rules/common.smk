@@ -4,15 +4,13 @@
 # one run; a study config (sparta/study.py) is several experiments, each a run of its own,
 # plus one shared run per seed (results/<study>/_init-seed<s>/) holding the prompt splits,
 # the initial pool and its evaluation. Everything a rule needs is looked up per run.
-import fcntl
 import os
 import re
-import shutil
-import sys
 
 from snakemake.utils import validate
 
 from sparta import config as sparta_config
+from sparta import locks
 from sparta.settings import Untracked, as_data, section_data
 
 
@@ -22,28 +20,13 @@ validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=Fa
 STUDY = sparta_config.load_study(config, ".")
 
 
-def clear_stale_locks():
-    """Make `kill -9` then the same command a complete recovery: a snakemake process that dies
-    hard leaves its directory locked. The main process holds a kernel lock on
-    .snakemake/main.flock for its whole life (released by the kernel on any death); getting it
-    proves no live snakemake works here, so leftover locks are stale and removed. Jobs that
-    snakemake spawns never touch the locks."""
-    if not workflow.is_main_process:
-        return
-    os.makedirs(".snakemake", exist_ok=True)
-    fd = os.open(".snakemake/main.flock", os.O_RDWR | os.O_CREAT, 0o664)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)  # a live snakemake runs here: its locks are real
-        return
-    os.set_inheritable(fd, False)
-    if os.path.isdir(".snakemake/locks") and os.listdir(".snakemake/locks"):
-        shutil.rmtree(".snakemake/locks")
-        print("sparta: removed the locks of a snakemake that died (no live process held them)", file=sys.stderr)
-
-
-clear_stale_locks()
+# Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,
+# .snakemake/sparta-<experiment or study>.flock, from when it locks until it ends or dies. A
+# second snakemake on a live run stops with the running one named; lock files are removed only
+# when their owner is provably dead (so `kill -9` then the same command is a full recovery),
+# and a run's unlock removes its own lock files only, never another live run's. Jobs that
+# snakemake spawns never touch the locks.
+locks.install(workflow, STUDY.name, "study" if STUDY.is_study else "experiment")
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
 EXPERIMENTS = list(STUDY.experiments)
@@ -355,6 +338,7 @@ def study_runs(wildcards):
             "checkpoints": evaluated_checkpoints(exp)[1:],
             "rounds": rounds_of(exp),
             "members": members_of(exp),
+            "select_from": RUNS[exp].evaluation.select_from,
         }
         for exp in EXPERIMENTS
     ]
@@ -399,15 +383,22 @@ def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
 
 def model_threads(stage, fanout=FANOUT):
     """Threads of a model job: its GPUs' CPUs on a GPU, else every core of the run for a job
-    that serves the pool or trains, one for a job of one member (they run side by side).
-    A cluster run has no core count of its own (no --cores): a CPU-only job there asks for
-    cpus_per_gpu cores (Slurm --cpus-per-task); a profile's set-threads overrides either."""
+    that serves the pool, one for a job of one member, trainers included (they run side by
+    side: on 2 cores two one-thread SFT jobs took 117 s for the default's four members, one
+    two-thread job at a time 271 s, benchmarks/bench_train.py). A cluster run has no core
+    count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu cores (Slurm
+    --cpus-per-task); a profile's set-threads overrides either."""
     r = getattr(S.resources, stage)
-    if r.gpu:
-        return r.gpu * r.cpus_per_gpu
     if workflow._cores is None:
-        return r.cpus_per_gpu
-    return workflow.cores if fanout == "pool" or stage in ("dpo", "sft") else 1
+        return r.gpu * r.cpus_per_gpu if r.gpu else r.cpus_per_gpu
+    if r.gpu and LOCAL_CUDA:
+        return r.gpu * r.cpus_per_gpu
+    return workflow.cores if fanout == "pool" else 1
+
+
+# whether a local run's model jobs use a CUDA GPU (resources.<stage>.gpu is for a cluster; on a
+# CPU the thread rule above applies)
+LOCAL_CUDA = sparta_config.local_cuda(S)
 
 
 # Cluster resources of a model stage: settings resources.<stage>, runtime and memory grow

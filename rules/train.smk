@@ -23,7 +23,7 @@ rule sft_member:
         "results/{exp}/logs/iter_0/init_{member}.log",
     benchmark:
         "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
-    threads: model_threads("sft")
+    threads: model_threads("sft", "member")  # one job per member, always
     resources:
         **stage_resources("sft"),
     conda:

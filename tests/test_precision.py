@@ -2,6 +2,7 @@
 library default (TRL's configs resolve an unset bf16 to bf16 autocast on any CPU)."""
 
 import logging
+import re
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from sparta.settings import LoraSettings, Runtime, Settings, SFTSettings
 from sparta.train import PrecisionError, common_trainer_args, sft_member, trainer_precision
 
 from .tiny import build_tiny_model
-from .workflow_helpers import REPO
+from .workflow_helpers import REPO, run_snakemake, tiny_config, write_config
 
 DEFAULT = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -115,3 +116,24 @@ def test_sft_trains_without_autocast_and_logs_progress(tmp_path, caplog, monkeyp
         )
     assert seen and not any(seen)
     assert "SFT ann: step 3/3 loss" in caplog.text
+
+
+def _threads_by_rule(dry_run_output: str) -> dict[str, set[int]]:
+    """rule -> the thread counts of its jobs in a dry run (a job without a threads line: 1)."""
+    out: dict[str, set[int]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run_output):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m:
+            t = re.search(r"^\s+threads: (\d+)", block, flags=re.M)
+            out.setdefault(m.group(1), set()).add(int(t.group(1)) if t else 1)
+    return out
+
+
+def test_local_cpu_jobs_fill_the_cores(tmp_path, tiny_base):
+    """On 2 CPU cores: a job serving the pool takes both, a job of one member one thread (two
+    run side by side), trainers included, whatever resources.<stage>.gpu says (a cluster's)."""
+    cfg = write_config(tmp_path, tiny_config(tiny_base, dpo_fanout="member"))
+    proc = run_snakemake(tmp_path / "work", cfg, "-n")
+    threads = _threads_by_rule(proc.stdout + proc.stderr)
+    assert threads["sft_member"] == {1} and threads["dpo"] == {1}
+    assert threads["combat"] == {2} and threads["judge"] == {2}

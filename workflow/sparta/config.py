@@ -147,6 +147,12 @@ def check(settings: Settings, root: str | Path = ".") -> None:
                 problems.extend(_check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter"))
     problems.extend(_check_backend(settings))
     problems.extend(_check_method(settings, root))
+    ev = settings.evaluation
+    if ev.enabled and ev.select_from == "all" and ev.checkpoints != "all":
+        problems.append(
+            "evaluation.select_from: all selects among every checkpoint, but evaluation.checkpoints is "
+            f"{ev.checkpoints}: set evaluation.checkpoints: all (or evaluation.select_from: final)"
+        )
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 
@@ -154,6 +160,20 @@ def check(settings: Settings, root: str | Path = ".") -> None:
 def _check_method(settings: Settings, root: Path) -> list[str]:
     """What a baseline needs that the config may lack."""
     m = settings.method
+    if settings.judge.kind == "reference":
+        if m in ("spin", "meta_rewarding"):
+            why = (
+                "SPIN does not judge"
+                if m == "spin"
+                else "its meta-judge judges judgments, which have no answer"
+            )
+            return [
+                f"judge.kind: reference with method {m}: {why}; use it with sparta, self_rewarding or sppo"
+            ]
+        if not settings.prompts.answer_column:
+            return [
+                "judge.kind: reference checks answers against the prompts' answers: set prompts.answer_column"
+            ]
     if m == "spin" and not settings.prompts.reference_column:
         return ["method spin needs a reference answer per prompt: set prompts.reference_column"]
     if m in ("self_rewarding", "meta_rewarding") and settings.judge.format != "pointwise":
@@ -246,6 +266,16 @@ def _check_backend(settings: Settings) -> list[str]:
                 f"a job needs one GPU per tensor-parallel shard"
             )
     return problems
+
+
+def local_cuda(settings: Settings) -> bool:
+    """Whether model jobs on this machine run on a CUDA GPU (device cuda, or auto with an
+    NVIDIA driver here), without importing torch in snakemake's process."""
+    import shutil
+
+    if settings.device != "auto":
+        return settings.device == "cuda"
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
 
 
 def check_local_device(settings: Settings) -> None:

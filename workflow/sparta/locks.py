@@ -1,0 +1,412 @@
+"""Locks of the runs that work in one folder: each live run keeps its own, a dead one's go.
+
+Snakemake records what a run reads and writes in ``.snakemake/locks/<n>.input.lock`` and
+``<n>.output.lock`` and refuses a run whose outputs overlap them. Two things make that unsafe
+for runs side by side in one folder (two experiments, or a run and its repetition):
+
+* Snakemake 9's unlock at the end of a run (``FilePersistence._delete_locks``) removes its own
+  lock files and then the whole ``.snakemake/locks`` folder: the locks of every other live run
+  go with it, and a second snakemake on such a run is no longer refused.
+* A run killed hard (``kill -9``, a node failure) leaves its lock files behind, and nothing in
+  them tells a dead run's locks from a live one's.
+
+So, in snakemake's main process (:func:`install`, from the Snakefile):
+
+* When snakemake locks the folder, the run (an experiment, or a study with all its
+  experiments: everything under ``results/<name>/``) takes a kernel lock,
+  ``.snakemake/sparta-<name>.flock``, and holds it until it unlocks or dies. Inside it writes
+  its owner (pid, host, start time, command) and the lock files snakemake wrote for it, each
+  with the hash of its content. The kernel releases the lock when the process dies, however
+  it dies, so a run lock that can be taken proves its last owner dead.
+* A second snakemake on a run whose lock is held stops before changing anything, with the
+  running one named (:class:`Busy`).
+* Lock files are removed only when their owner is provably dead: those recorded by a run lock
+  that nobody holds, and, when no run lock at all is held, every lock file (their writers are
+  all dead). Unlock removes only the run's own lock files; ``snakemake --unlock`` removes
+  everything except the live runs' recorded lock files.
+* Taking, recording and removing lock files happens under one more kernel lock,
+  ``.snakemake/sparta.flock``, so two runs starting together neither pick the same lock file
+  name nor both pass snakemake's overlap check.
+
+Dry runs and ``--nolock`` take no lock (snakemake does not lock then either); jobs that
+snakemake spawns never touch the locks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+REGISTRY = "sparta.flock"
+REGISTRY_WAIT = 120  # seconds
+LOCK_FILE = re.compile(r"\d+\.(input|output)\.lock")
+
+
+def run_lock_path(folder: str | Path, run: str) -> Path:
+    """The kernel lock of run ``run`` in the persistence folder (``.snakemake``)."""
+    return Path(folder) / f"sparta-{run}.flock"
+
+
+class Busy(Exception):
+    """A live snakemake holds the run (or the registry): the message names it and says what to
+    do; snakemake shows it as one error, without a traceback."""
+
+
+# --- the lock of the lock registry, reentrant within this process ---------------------------
+
+_registry = {"fd": None, "depth": 0}
+
+
+@contextmanager
+def registry(folder: Path):
+    if _registry["depth"] == 0:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / REGISTRY, os.O_RDWR | os.O_CREAT, 0o664)
+        deadline = time.monotonic() + REGISTRY_WAIT
+        while True:  # held for milliseconds by whoever has it, unless that process is stopped
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise Busy(
+                        f"sparta: {folder / REGISTRY} stayed locked for {REGISTRY_WAIT} s: a snakemake "
+                        "in this folder was stopped (Ctrl-Z, SIGSTOP) while taking or removing its "
+                        "locks; resume it (fg) or end it, then run this command again"
+                    ) from None
+                time.sleep(0.05)
+        _registry["fd"] = fd
+    _registry["depth"] += 1
+    try:
+        yield
+    finally:
+        _registry["depth"] -= 1
+        if _registry["depth"] == 0:
+            os.close(_registry["fd"])  # closing releases the lock
+            _registry["fd"] = None
+
+
+# --- records -----------------------------------------------------------------------------------
+
+
+def _read(fd: int) -> dict:
+    try:
+        data = os.pread(fd, 1 << 20, 0)
+        record = json.loads(data) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _write(fd: int, record: dict) -> None:
+    """In place: the kernel lock is on this file, so it is never replaced by another."""
+    data = json.dumps(record, indent=1).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+
+
+def _sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def describe(record: dict) -> str:
+    """``experiment 'x' (snakemake pid 12, host h, started 2025-01-01 10:00:00 UTC)``."""
+    if not record.get("pid"):
+        return "a run whose owner is not recorded"
+    return (
+        f"{record.get('kind', 'run')} {record.get('run', '?')!r} (snakemake pid {record['pid']}, "
+        f"host {record.get('host', '?')}, started {record.get('started', '?')})"
+    )
+
+
+def lock_files(folder: Path) -> dict[str, Path]:
+    """Snakemake's lock files in the folder, by name."""
+    lockdir = folder / "locks"
+    if not lockdir.is_dir():
+        return {}
+    return {p.name: p for p in lockdir.iterdir() if LOCK_FILE.fullmatch(p.name) and p.is_file()}
+
+
+def _claimed(record: dict, files: dict[str, Path]) -> list[str]:
+    """The lock files a record claims that still hold what its owner wrote."""
+    claims = record.get("lock_files") or {}
+    return [name for name, sha in claims.items() if name in files and _sha(files[name]) == sha]
+
+
+def _runs(folder: Path, skip: Path | None = None):
+    """(record, fd or None) of every run lock in the folder: fd None when a live process holds
+    it, else an fd now holding it (the caller closes it). Only under :func:`registry`."""
+    for path in sorted(folder.glob("sparta-*.flock")):
+        if path == skip:
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:  # another user's run: its lock can still be tested
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield _read(fd), None
+            os.close(fd)
+            continue
+        yield _read(fd), fd
+
+
+def clear_stale(
+    folder: Path, skip: Path | None = None, keep_unclaimed: bool = True, previous: tuple[dict, ...] = ()
+) -> list[str]:
+    """Remove the lock files of dead runs; return a line per dead owner whose files went.
+
+    A file recorded by a run lock that can be taken is a dead run's, as is one recorded by
+    ``previous`` (what this run's last owner wrote, read when this process took the lock).
+    A file recorded by no run is a dead one's too when no run lock is held at all (a snakemake
+    killed while taking its locks, or one older than this module); while another run is live
+    it is kept, unless ``keep_unclaimed`` is false (``snakemake --unlock``). A live run's files
+    are never removed. Call under :func:`registry`."""
+    files = lock_files(folder)
+    live, dead, open_fds = [], [(record, None) for record in previous], []
+    try:
+        for record, fd in _runs(folder, skip):
+            if fd is None:
+                live.append(record)
+            else:
+                open_fds.append(fd)
+                dead.append((record, fd))
+        if not files:
+            return []
+        kept = {name for record in live for name in _claimed(record, files)}
+        removed, lines = set(), []
+        for record, fd in dead:
+            names = _claimed(record, files)
+            for name in names:
+                files[name].unlink(missing_ok=True)
+            if fd is not None and record.get("lock_files"):
+                try:
+                    _write(fd, {**record, "lock_files": {}})
+                except OSError:  # read-only: the claims no longer match any file anyway
+                    pass
+            if names:
+                removed.update(names)
+                lines.append(describe(record))
+        unclaimed = [name for name in files if name not in removed and name not in kept]
+        if unclaimed and (not live or not keep_unclaimed):
+            for name in unclaimed:
+                files[name].unlink(missing_ok=True)
+            lines.append(f"one whose owner is not recorded ({', '.join(sorted(unclaimed))})")
+        return lines
+    finally:
+        for fd in open_fds:
+            os.close(fd)
+
+
+def live_runs(folder: Path, skip: Path | None = None) -> list[dict]:
+    """The records of the runs whose lock a live process holds. Call under :func:`registry`."""
+    live, fds = [], []
+    for record, fd in _runs(folder, skip):
+        if fd is None:
+            live.append(record)
+        else:
+            fds.append(fd)
+    for fd in fds:
+        os.close(fd)
+    return live
+
+
+# --- this process's run ------------------------------------------------------------------------
+
+_run = {"name": None, "kind": "run", "fd": None, "path": None, "owner": {}}
+
+
+def _owner() -> dict:
+    """pid, host, start time and command of this process."""
+    pid, started, command = os.getpid(), time.time(), sys.argv
+    try:
+        import psutil
+
+        process = psutil.Process(pid)
+        started, command = process.create_time(), process.cmdline()
+    except Exception:  # psutil comes with snakemake; without it, the time of the parse
+        pass
+    return {
+        "run": _run["name"],
+        "kind": _run["kind"],
+        "pid": pid,
+        "host": socket.gethostname(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(started)),
+        "command": " ".join(command)[:500],
+    }
+
+
+def refusal(record: dict, folder: Path) -> str:
+    pid, host = record.get("pid", "?"), record.get("host", "?")
+    stop = f"kill {pid}" if host == socket.gethostname() else f"kill {pid} on host {host}"
+    return (
+        f"sparta: {_run['kind']} {_run['name']!r} is already being run in {folder.parent} by "
+        f"snakemake pid {pid} on host {host}, started {record.get('started', '?')} "
+        f"(command: {record.get('command', '?')}).\n"
+        "A second snakemake on the same run would start its running jobs again and delete their "
+        "outputs, so this one stops here and has changed nothing. Wait for the running one to "
+        "finish (a dry run, snakemake -n with the same config, shows what is left), or stop it "
+        f"(Ctrl-C in its terminal, or {stop}) and run this command again: it resumes the run."
+    )
+
+
+def acquire(folder: Path) -> dict:
+    """Take this run's lock and return what its previous (dead) owner recorded; raise
+    :class:`Busy` naming its holder when it is held. Call under :func:`registry`."""
+    if _run["fd"] is not None:
+        return {}
+    path = run_lock_path(folder, _run["name"])
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        record = _read(fd)
+        os.close(fd)
+        raise Busy(refusal(record, folder)) from None
+    previous = _read(fd)
+    _run.update(fd=fd, path=path, owner=_owner())
+    _write(fd, {**_run["owner"], "lock_files": {}})
+    return previous
+
+
+def record_lock_files(paths) -> None:
+    """Write into this run's lock the snakemake lock files it owns, with their hashes."""
+    owned = {Path(p).name: _sha(Path(p)) for p in paths}
+    _write(_run["fd"], {**_run["owner"], "lock_files": {k: v for k, v in owned.items() if v}})
+
+
+def release() -> None:
+    if _run["fd"] is not None:
+        _write(_run["fd"], {**_run["owner"], "lock_files": {}})
+        os.close(_run["fd"])
+        _run.update(fd=None, path=None)
+
+
+def _announce(lines: list[str]) -> None:
+    for line in lines:
+        print(f"sparta: removed the locks of a snakemake that died: {line}", file=sys.stderr)
+
+
+def _overlap_message(persistence, folder: Path) -> str:
+    """Which live runs hold the files snakemake found locked, for its LockException."""
+    outputs = {str(f) for f in persistence.all_outputfiles()}
+    inputs = {str(f) for f in persistence.all_inputfiles()}
+    files = lock_files(folder)
+    owners = {name: describe(r) for r in live_runs(folder, _run["path"]) for name in _claimed(r, files)}
+    held, unknown = [], False
+    for name, path in sorted(files.items()):
+        try:
+            locked = {line.strip() for line in path.read_text().splitlines()}
+        except OSError:
+            continue
+        clash = locked & (outputs | inputs if name.endswith(".output.lock") else outputs)
+        if clash:
+            unknown |= name not in owners
+            owner = owners.get(name, f"a snakemake whose owner is not recorded ({path})")
+            held.append(f"  {owner}: {', '.join(sorted(clash)[:3])}{' ...' if len(clash) > 3 else ''}")
+    return (
+        f"sparta: {_run['kind']} {_run['name']!r} cannot start: a live snakemake in {folder.parent} "
+        "writes or reads files that this run would write:\n"
+        + "\n".join(dict.fromkeys(held) or ["  (the lock files changed meanwhile)"])
+        + "\nWait for it to finish, then run this command again."
+        + (
+            " A lock file of no recorded owner was left by a snakemake killed while taking its "
+            "locks: snakemake --unlock removes it (and never a live run's)."
+            if unknown
+            else ""
+        )
+    )
+
+
+# --- snakemake's persistence, in the main process --------------------------------------------
+
+_original = {}
+
+
+def install(workflow, run: str, kind: str = "experiment") -> None:
+    """Give this snakemake process's run its own lock (see the module's doc) and remove the
+    locks of dead runs now, so that a dry run after a hard kill sees none either. Only in
+    snakemake's main process; the jobs it spawns run with --nolock."""
+    if not workflow.is_main_process:
+        return
+    from snakemake.exceptions import CliException, LockException, WorkflowError
+    from snakemake.persistence import PersistenceBase
+    from snakemake.persistence.file import FilePersistence
+
+    _run.update(name=run, kind=kind)
+    needed = [(FilePersistence, "_write_locks"), (FilePersistence, "_delete_locks")]
+    needed += [(PersistenceBase, "lock"), (PersistenceBase, "cleanup_locks")]
+    missing = [f"{c.__name__}.{name}" for c, name in needed if not hasattr(c, name)]
+    if missing:
+        raise WorkflowError(
+            f"sparta: this snakemake has no {', '.join(missing)}, which sparta's run locks replace "
+            "(sparta/locks.py; tested with the snakemake that requirements.txt pins)"
+        )
+    if not _original:
+        _original.update(lock=PersistenceBase.lock, cleanup_locks=PersistenceBase.cleanup_locks)
+
+        @contextmanager
+        def refused():
+            """Busy as snakemake prints a CliException: ``Error: <message>``, no traceback."""
+            try:
+                yield
+            except Busy as e:
+                raise CliException(str(e)) from None
+
+        @contextmanager
+        def lock(self):
+            folder = Path(self.path)
+            with ExitStack() as stack:
+                with refused(), registry(folder):
+                    previous = acquire(folder)
+                    try:
+                        _announce(clear_stale(folder, skip=_run["path"], previous=(previous,)))
+                        stack.enter_context(_original["lock"](self))
+                        record_lock_files(getattr(self, "_lockfile", {}).values())
+                    except LockException:  # another live run locks files of this one
+                        release()
+                        raise Busy(_overlap_message(self, folder)) from None
+                    except BaseException:
+                        release()
+                        raise
+                yield
+
+        def delete_locks(self):
+            """Unlock: this run's own lock files only (snakemake 9 removes the whole folder)."""
+            with refused(), registry(Path(self.path)):
+                for path in self._lockfile.values():
+                    Path(path).unlink(missing_ok=True)
+                self._lockfile.clear()
+                release()
+
+        def cleanup_locks(self):
+            """snakemake --unlock: every lock file but the live runs' recorded ones."""
+            folder = Path(self.path)
+            with refused(), registry(folder):
+                _announce(clear_stale(folder, keep_unclaimed=False))
+                for record in live_runs(folder):
+                    print(f"sparta: kept the locks of a live run: {describe(record)}", file=sys.stderr)
+
+        _original["refused"] = refused
+        PersistenceBase.lock = lock
+        PersistenceBase.cleanup_locks = cleanup_locks
+        FilePersistence._delete_locks = delete_locks
+    folder = Path(".snakemake").absolute()  # snakemake's persistence folder in the workdir
+    with _original["refused"](), registry(folder):
+        _announce(clear_stale(folder))
