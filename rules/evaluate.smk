@@ -29,7 +29,8 @@ rule evaluate_member:
 
 rule evaluation_table:
     """Scores of every member over checkpoints, and per task the best member on validation
-    (initial pool and final members) reported on test."""
+    (initial pool, final members, and the run's selection: evaluation.select_from) reported
+    on test."""
     input:
         all_evaluations,
     output:
@@ -40,6 +41,8 @@ rule evaluation_table:
             caption="../workflow/report/selection.rst",
             category="Evaluation",
         ),
+    params:
+        **settings("evaluation"),
     log:
         "results/{exp}/logs/evaluation/table.log",
     localrule: True

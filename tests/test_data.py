@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_committed_data_is_what_the_generator_writes(tmp_path):
     main(["--out", str(tmp_path)])
-    names = ["arithmetic.jsonl"] + [f"sft/{d}.jsonl" for d in DOMAINS]
+    names = ["arithmetic.jsonl", "arithmetic-large.jsonl"] + [f"sft/{d}.jsonl" for d in DOMAINS]
     for name in names:
         assert (tmp_path / name).read_text() == (REPO / "data" / name).read_text(), name
 

@@ -45,7 +45,7 @@ def test_default_pool_runs_one_iteration(default_run):
     for m in ("adder", "subtractor", "multiplier", "storyteller"):
         assert (default_run / f"iter_1/members/{m}/member.json").is_file()
     selection = pd.read_csv(default_run / "evaluation/selection.tsv", sep="\t")
-    assert set(selection["stage"]) == {"best initial", "best final"}
+    assert set(selection["stage"]) == {"best initial", "best final", "selected"}
     assert (default_run / "analysis/label_accuracy.parquet").is_file()
     assert (default_run / "report/reputation.png").is_file()
 

@@ -131,6 +131,15 @@ def test_label_accuracy_on_constructed_table():
     assert overall.loc[0, "accuracy"] == pytest.approx(1 / 3)
     per_iter = metrics.summarize_label_accuracy(labelled, ["iteration"]).set_index("iteration")
     assert per_iter.loc[1, "accuracy"] == 0.5 and per_iter.loc[2, "accuracy"] == 0.0
+    # a baseline's pairs: accuracy of the pairs each member trained on
+    duels = pd.DataFrame({"prompt_id": answers.index, "answer": answers.values})
+    mine = analysis.collective_label_accuracy(
+        prefs.assign(trainee=["a", "b", "a", "a", "b"]), duels, "number"
+    )
+    by = mine[mine["scope"] == "trainee"].set_index("judge")
+    assert (by.loc["a", "correct"], by.loc["a", "informative"]) == (1, 2)
+    assert (by.loc["b", "correct"], by.loc["b", "informative"]) == (0, 1)
+    assert "trainee" not in set(analysis.collective_label_accuracy(prefs, duels, "number")["scope"])
 
 
 def test_diversity_metrics():
@@ -153,6 +162,18 @@ def test_select_best_uses_validation_and_reports_test():
     sel = analysis.select_best(scores).set_index("stage")
     assert sel.loc["best initial", "member"] == "b" and sel.loc["best initial", "test"] == 0.1
     assert sel.loc["best final", "member"] == "a" and sel.loc["best final", "test"] == 0.2
+    # the paper's selection: among every member of every checkpoint (here an initial one wins
+    # on validation only if it beats them all; tie on validation: the earlier checkpoint)
+    assert sel.loc["selected", "member"] == "a" and sel.loc["selected", "checkpoint"] == 2
+    later = scores.assign(
+        score=scores["score"].where(~((scores["checkpoint"] == 2) & (scores["member"] == "a")), 0.6)
+    )
+    sel = analysis.select_best(later).set_index("stage")
+    assert (sel.loc["selected", "checkpoint"], sel.loc["selected", "member"]) == (0, "b")
+    final = analysis.select_best(later, "final").set_index("stage")
+    assert (final.loc["selected", "checkpoint"], final.loc["selected", "member"]) == (2, "a")
+    with pytest.raises(ValueError, match="all or final"):
+        analysis.select_best(scores, "best")
 
 
 def test_wilson_interval_holds_its_estimate_at_the_ends():

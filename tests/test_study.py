@@ -24,7 +24,7 @@ def study_config(base, methods=METHODS, seeds=(3,)) -> dict:
         prompts={"per_iteration": 3, "reference_column": "solution"},
         judge={"max_new_tokens": 6},
         baselines={"samples": 2},
-        evaluation={"checkpoints": "final"},
+        evaluation={"checkpoints": "final", "select_from": "final"},
     )
     cfg["study"] = {"seeds": list(seeds), "experiments": {m: {"method": m} for m in methods}}
     return cfg

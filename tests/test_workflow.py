@@ -337,7 +337,7 @@ def test_report_outputs(run_a):
         png = work / EXP / "report" / f"{name}.png"
         assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG", name
     selection = pd.read_csv(work / EXP / "evaluation" / "selection.tsv", sep="\t")
-    assert set(selection["stage"]) == {"best initial", "best final"}
+    assert set(selection["stage"]) == {"best initial", "best final", "selected"}
     scores = pd.read_parquet(work / EXP / "evaluation" / "scores.parquet")
     assert set(scores["checkpoint"]) == {0, 1, 2} and set(scores["split"]) == {"validation", "test"}
     label = pd.read_parquet(work / EXP / "analysis" / "label_accuracy.parquet")

@@ -11,7 +11,17 @@ import pandas as pd
 
 from sparta import tables
 from sparta.jobs import as_list, by_base, served_members
-from sparta.judging import JudgeItem, Judgment, defences, judge_answers, judge_duels, judge_ids, meta_judge
+from sparta.judging import (
+    JudgeItem,
+    Judgment,
+    defences,
+    judge_answers,
+    judge_duels,
+    judge_ids,
+    meta_judge,
+    reference_judgment,
+    reference_win_probability,
+)
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.methods import win_rates
@@ -30,7 +40,9 @@ cfg, system, t, r, method = (
 duels = tables.read(sm.input.duels, "duels")
 responses = tables.read_many(sm.input.responses, "responses")
 text = dict(zip(zip(responses["duel_id"], responses["model"], responses["sample"]), responses["response"]))
-specs, backend = served_members(sm, job, "judges")
+reference = cfg.kind == "reference"  # the reference judge: no model runs
+specs, backend = served_members(sm, job, "judges", open_backend=not reference)
+answer_of = dict(zip(duels["duel_id"], duels["answer"]))
 
 
 def seed(*parts):
@@ -39,6 +51,8 @@ def seed(*parts):
 
 def run(asked, judge_fn):
     """Judge ``asked`` [(served member, ..., item)] in groups of one base; Judgments in order."""
+    if reference:  # every request's duel id is its second field, its item the last
+        return [reference_judgment(a[-1].response, answer_of.get(a[1]), cfg.answer) for a in asked]
     out = [None] * len(asked)
     for group in by_base([a[0] for a in asked]):
         for i, j in zip(group, judge_fn(backend.serve_each([asked[i][0] for i in group]), group)):
@@ -193,6 +207,10 @@ elif method == "sppo":
     judged = run(
         asked, lambda served, group: judge_duels(served, [asked[i][4] for i in group], pairwise, system)
     )
+    if reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
+        for k in range(0, len(asked), 2):
+            p = reference_win_probability(judged[k].score, judged[k + 1].score)
+            judged[k] = replace(judged[k], score=1 + 9 * p, error=None)
     beats, tokens = {}, {}
     for k in range(0, len(asked), 2):
         _, duel, member, (i, j), _ = asked[k]
@@ -210,7 +228,7 @@ elif method == "sppo":
 table = pd.DataFrame(
     rows, columns=[c for c in tables.columns("judgments") if c not in ("format", "defences")]
 )
-table["format"] = "pairwise" if method == "sppo" else cfg.format
+table["format"] = "reference" if reference else "pairwise" if method == "sppo" else cfg.format
 table["defences"] = defences(cfg)
 for spec, path in zip(specs, as_list(sm.output.judgments)):
     mine = table[table["target" if method == "sppo" else "judge"] == spec.name] if len(table) else table
@@ -221,8 +239,8 @@ for spec, path in zip(specs, as_list(sm.output.judgments)):
         spec.name,
         method,
         len(mine),
-        cfg.format,
-        cfg.mode,
+        "reference" if reference else cfg.format,
+        "" if reference else cfg.mode,
         defences(cfg),
         unusable,
         int(mine["truncated"].sum()),

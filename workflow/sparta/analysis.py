@@ -141,7 +141,14 @@ def collective_label_accuracy(prefs: pd.DataFrame, duels: pd.DataFrame, kind: st
     labelled = metrics.label_accuracy(prefs, answers, kind)
     overall = metrics.summarize_label_accuracy(labelled, []).assign(scope="overall")
     per_iteration = metrics.summarize_label_accuracy(labelled, ["iteration"]).assign(scope="iteration")
-    return pd.concat([overall, per_iteration], ignore_index=True)
+    parts = [overall, per_iteration]
+    if "trainee" in labelled and labelled["trainee"].notna().any():  # a baseline: whose pairs
+        mine = labelled.dropna(subset=["trainee"]).rename(columns={"trainee": "judge"})
+        parts.append(metrics.summarize_label_accuracy(mine, ["judge"]).assign(scope="trainee"))
+        parts.append(
+            metrics.summarize_label_accuracy(mine, ["iteration", "judge"]).assign(scope="iteration x trainee")
+        )
+    return pd.concat([p for p in parts if len(p)], ignore_index=True)
 
 
 def judges_label_accuracy(
@@ -222,25 +229,39 @@ def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame | N
     return pd.DataFrame(rows, columns=columns)
 
 
-def select_best(evaluation: pd.DataFrame) -> pd.DataFrame:
-    """Per task: the best member on validation among the initial pool (checkpoint 0) and among
-    the final members, with both scores on test (paper protocol)."""
+SELECTED = "selected"
+"""Stage of the selection row a run reports: its best member under evaluation.select_from."""
+
+
+def select_best(evaluation: pd.DataFrame, select_from: str = "all") -> pd.DataFrame:
+    """Per task: the best member on validation among the initial pool (checkpoint 0), among
+    the final members, and the run's ``selected`` one (paper protocol: among every member of
+    every checkpoint with ``select_from`` all, among the final ones with final), each with its
+    test score. Ties on validation go to the earlier checkpoint, then the member's name."""
+    if select_from not in ("all", "final"):
+        raise ValueError(f"select_from must be all or final, not {select_from!r}")
     table = evaluation.pivot_table(
         index=["task", "checkpoint", "member"], columns="split", values="score"
     ).reset_index()
     last = table["checkpoint"].max()
     rows = []
     for task, t in table.groupby("task"):
-        for stage, cp in (("best initial", 0), ("best final", last)):
-            cand = t[t["checkpoint"] == cp]
+        for stage, pick in (
+            ("best initial", t["checkpoint"] == 0),
+            ("best final", t["checkpoint"] == last),
+            (SELECTED, t["checkpoint"] == last if select_from == "final" else t["checkpoint"] >= 0),
+        ):
+            cand = t[pick]
             if len(cand) == 0:
                 continue
-            best = cand.sort_values(["validation", "member"], ascending=[False, True]).iloc[0]
+            best = cand.sort_values(
+                ["validation", "checkpoint", "member"], ascending=[False, True, True]
+            ).iloc[0]
             rows.append(
                 {
                     "task": task,
                     "stage": stage,
-                    "checkpoint": int(cp),
+                    "checkpoint": int(best["checkpoint"]),
                     "member": best["member"],
                     "validation": float(best["validation"]),
                     "test": float(best.get("test", np.nan)),

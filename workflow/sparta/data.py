@@ -111,18 +111,20 @@ def split(prompts: pd.DataFrame, validation: float, test: float, seed: int) -> d
     }
 
 
-def _problem(domain: str, rng: random.Random) -> tuple[str, int, str]:
-    """(question, answer, worked solution) of one problem of a domain."""
+def _problem(domain: str, rng: random.Random, wide: bool = False) -> tuple[str, int, str]:
+    """(question, answer, worked solution) of one problem of a domain; ``wide``: larger
+    numbers (two-digit sums and differences more often, products up to 30 x 12), so that
+    many more distinct problems exist (the power study's 1,200)."""
     a, b = rng.randint(2, 9), rng.randint(2, 9)
-    if rng.random() < 0.3:
-        a, b = rng.randint(10, 49), rng.randint(2, 9)
+    if rng.random() < (0.5 if wide else 0.3):
+        a, b = rng.randint(10, 99 if wide else 49), rng.randint(2, 9)
     if domain == "addition":
         return f"What is {a} + {b}?", a + b, f"{a} + {b} = {a + b}. The answer is {a + b}."
     if domain == "subtraction":
         a, b = max(a, b) + min(a, b), min(a, b)
         return f"What is {a} - {b}?", a - b, f"{a} - {b} = {a - b}. The answer is {a - b}."
     if domain == "multiplication":
-        a, b = rng.randint(2, 15), rng.randint(2, 9)
+        a, b = (rng.randint(2, 30), rng.randint(2, 12)) if wide else (rng.randint(2, 15), rng.randint(2, 9))
         return f"What is {a} * {b}?", a * b, f"{a} * {b} = {a * b}. The answer is {a * b}."
     if domain == "word_problems":
         name, thing = rng.choice(NAMES), rng.choice(THINGS)
@@ -143,14 +145,14 @@ def _problem(domain: str, rng: random.Random) -> tuple[str, int, str]:
     raise ValueError(f"unknown domain {domain!r}; known: {DOMAINS}")
 
 
-def arithmetic_prompts(n: int, seed: int) -> pd.DataFrame:
+def arithmetic_prompts(n: int, seed: int, wide: bool = False) -> pd.DataFrame:
     rng = random.Random(seed)
     rows, seen = [], set()
     for _ in range(100 * n):
         if len(rows) == n:
             break
         domain = DOMAINS[len(rows) % len(DOMAINS)]
-        q, ans, solution = _problem(domain, rng)
+        q, ans, solution = _problem(domain, rng, wide)
         if q in seen:
             continue
         seen.add(q)
@@ -186,10 +188,12 @@ def main(argv=None):
     ap.add_argument("--out", default="data")
     ap.add_argument("--prompts", type=int, default=400)
     ap.add_argument("--sft", type=int, default=256)
+    ap.add_argument("--large", type=int, default=1200, help="prompts of arithmetic-large.jsonl (wide)")
     ap.add_argument("--seed", type=int, default=2024)
     args = ap.parse_args(argv)
     out = Path(args.out)
     write_jsonl(arithmetic_prompts(args.prompts, args.seed), out / "arithmetic.jsonl")
+    write_jsonl(arithmetic_prompts(args.large, args.seed, wide=True), out / "arithmetic-large.jsonl")
     for d in DOMAINS:
         write_jsonl(sft_examples(d, args.sft, args.seed + 1), out / "sft" / f"{d}.jsonl")
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .backends import Backend, open_backend
+from . import backends
+from .backends import Backend
 from .members import MemberSpec
 from .settings import JobSettings
 
@@ -12,14 +13,17 @@ def as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def served_members(sm, job: JobSettings, names_param: str = "members") -> tuple[list[MemberSpec], Backend]:
-    """Specs of the members one job serves, in the rule's order, and the backend serving them."""
+def served_members(
+    sm, job: JobSettings, names_param: str = "members", open_backend: bool = True
+) -> tuple[list[MemberSpec], Backend | None]:
+    """Specs of the members one job serves, in the rule's order, and the backend serving them
+    (None without ``open_backend``: a job that runs no model)."""
     names = list(getattr(sm.params, names_param))
     specs = [MemberSpec.read(p) for p in as_list(sm.input.members)]
     for name, spec in zip(names, specs):
         if spec.name != name:
             raise ValueError(f"member.json of {name} names {spec.name}: rerun the job that wrote it")
-    return specs, open_backend(job.backend, job.runtime, specs)
+    return specs, (backends.open_backend(job.backend, job.runtime, specs) if open_backend else None)
 
 
 def by_base(specs: list[MemberSpec]) -> list[list[int]]:

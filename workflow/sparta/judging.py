@@ -127,8 +127,34 @@ def fence(text: str) -> str:
     return f"{bar}\n{text}\n{bar}"
 
 
+def reference_judgment(response: str, answer: str | None, kind: str = "number") -> Judgment:
+    """The reference judge (``judge.kind: reference``): 10 for an answer that matches its
+    prompt's answer under the exact_match metric's extraction, 1 for one that does not. A
+    prompt without an answer gets no score (recorded with its error, left out as any unusable
+    judgment is)."""
+    import json
+    import math
+
+    from .metrics import exact_match
+
+    if answer is None or (isinstance(answer, float) and math.isnan(answer)) or str(answer).strip() == "":
+        return Judgment(None, "", "no reference answer for this prompt", False)
+    right = exact_match(response, str(answer), kind)
+    return Judgment(10.0 if right else 1.0, json.dumps({"right": right, "answer": str(answer)}), None, False)
+
+
+def reference_win_probability(score_i: float | None, score_j: float | None) -> float:
+    """P(answer i beats answer j) from two reference scores: 1 right over wrong, 1/2 alike."""
+    if score_i is None or score_j is None:
+        return 0.5
+    return 0.5 + (score_i - score_j) / 18
+
+
 def defences(cfg: JudgeSettings) -> str:
-    """The defences a judgment was made with, as recorded in the judgments table."""
+    """The defences a judgment was made with, as recorded in the judgments table ("reference"
+    for the reference judge, which reads no text as instructions)."""
+    if cfg.kind == "reference":
+        return "reference"
     on = [
         name
         for name, flag in (("plain_text", cfg.plain_text), ("sanitize", cfg.sanitize), ("fence", cfg.fence))

@@ -117,6 +117,12 @@ class GenerationSettings:
 class JudgeSettings:
     """Cross-judging of both answers of every duel by the members not in it."""
 
+    kind: str = "peers"
+    """peers: the members judge (the paper); reference: each answer is checked against its
+    prompt's answer (prompts.answer_column, exact_match's extraction ``answer``): right 10,
+    wrong 1, no model runs. The positive control: judges known to be right."""
+    answer: str = "number"
+    """How the reference judge reads an answer: number | boxed (as the exact_match metric)."""
     format: str = "pointwise"
     """pointwise: each answer scored alone, 1-10 (paper); pairwise: both answers compared, in
     both orders, P(a better) turned into scores 1 + 9 P and 10 - 9 P."""
@@ -301,7 +307,11 @@ class EvaluationSettings:
     batch_size: int = 16
     checkpoints: str = "all"
     """all: every checkpoint (0 = the initial pool, then after each iteration); final: the
-    initial pool and the last (what the selection and a study's comparison use)."""
+    initial pool and the last."""
+    select_from: str = "all"
+    """Which checkpoints the run's selected member comes from, best on validation: all (every
+    member of every iteration, the initial pool included: the paper's "pool of 80"; needs
+    checkpoints: all) | final (the last iteration's members)."""
     judge: JudgeModel | None = None
     tasks: tuple[TaskSpec, ...] = ()
 

@@ -15,7 +15,13 @@ Every (experiment, seed) is a run of its own under ``results/<study>/<experiment
 What does not depend on the method (the prompt splits, the initial pool with its SFT, and
 the evaluation of that pool) is built once per seed, in ``results/<study>/_init-seed<s>/``,
 and shared by every experiment of the seed (per member: a pool-size experiment shares the
-members it has). A config without ``study`` is one experiment, its own initial pool.
+members it has). Only the settings that make the pool or the splits (:data:`INIT_KEYS`)
+decide what is shared: an overlay of other keys (the method, ``evaluation.*`` but the tasks
+and judge, ``prompts.reference_column``) shares the seed's pool. A seed whose experiments
+would need two different initial pools stops with a message, unless the experiments with a
+pool of their own change the members (pool-size experiments): a study compares methods on
+one initial pool per seed. A config without ``study`` is one experiment, its own initial
+pool.
 
 Pure: no model.
 """
@@ -40,8 +46,9 @@ def merge(base: dict, extra: dict) -> dict:
     return out
 
 
-# what the initial pool, the prompt splits and their evaluation depend on (not the members
-# list: experiments of a seed share every member they have in common)
+# what the initial pool and the prompt splits depend on (not the members list: experiments of
+# a seed share every member they have in common; not the base models, joined by name; not
+# evaluation.*: the pool's evaluation must agree where it matters, see _shared_evaluation)
 INIT_KEYS = (
     "seed",
     "device",
@@ -49,11 +56,14 @@ INIT_KEYS = (
     "system_prompt",
     "backend",
     "vllm",
-    "base_models",
     "sft",
     "lora",
-    "evaluation",
 )
+# prompt settings that do not change the split: the reference answers ride along in the
+# shared prompt tables (every experiment that names a reference column must name the same)
+SHARED_PROMPT_KEYS = ("reference_column",)
+# evaluation settings that change the initial pool's scores: one value per shared pool
+SCORED_EVALUATION_KEYS = ("tasks", "judge")
 
 
 @dataclass(frozen=True)
@@ -77,11 +87,79 @@ class Study:
         return {**self.inits, **self.experiments}
 
 
-def _init_key(settings: Settings) -> str:
+def _init_data(settings: Settings) -> dict:
+    """The settings the initial pool and the prompt splits are made from."""
     data = as_data(settings)
     relevant = {k: data[k] for k in INIT_KEYS}
-    relevant["split"] = settings.prompts.split_keys()
-    return hashlib.sha1(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:10]
+    relevant["prompts"] = {
+        k: v for k, v in settings.prompts.split_keys().items() if k not in SHARED_PROMPT_KEYS
+    }
+    return relevant
+
+
+def _init_key(settings: Settings) -> str:
+    return hashlib.sha1(json.dumps(_init_data(settings), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _differences(a: Settings, b: Settings) -> list[str]:
+    """The init keys (dotted for prompts) whose values differ between two experiments."""
+    da, db = _init_data(a), _init_data(b)
+    out = [k for k in INIT_KEYS if da[k] != db[k]]
+    out += [f"prompts.{k}" for k in da["prompts"] if da["prompts"][k] != db["prompts"].get(k)]
+    return out
+
+
+def _shared_init(init_id: str, ids: list[str], experiments: dict[str, Settings], labels) -> Settings:
+    """The settings of the run holding the initial pool shared by ``ids``: the first one's,
+    with every member and base model of any of them, the reference column any of them names,
+    and their (common) evaluation of the pool."""
+    first = experiments[ids[0]]
+    members: dict[str, object] = {}
+    bases: dict[str, object] = {}
+    base_of: dict[str, str] = {}
+    for exp_id in ids:
+        s = experiments[exp_id]
+        for m in s.members:
+            if members.setdefault(m.name, m) != m:
+                raise SettingsError(
+                    f"study: member {m.name} differs between experiments ({members[m.name]} vs {m}); "
+                    "give different members different names"
+                )
+        for name, base in s.base_models.items():
+            if bases.setdefault(name, base) != base:
+                raise SettingsError(
+                    f"study: base model {name} differs between experiments {labels[base_of[name]]} and "
+                    f"{labels[exp_id]} ({bases[name]} vs {base}); give different base models different names"
+                )
+            base_of.setdefault(name, exp_id)
+    references = {experiments[e].prompts.reference_column for e in ids} - {None}
+    if len(references) > 1:
+        raise SettingsError(
+            f"study (seed {first.seed}): prompts.reference_column differs between experiments "
+            f"({', '.join(sorted(references))}); the shared prompt tables hold one reference answer "
+            "per prompt"
+        )
+    for key in SCORED_EVALUATION_KEYS:
+        values = {e: getattr(experiments[e].evaluation, key) for e in ids}
+        other = next((e for e in ids if values[e] != values[ids[0]]), None)
+        if other is not None:
+            raise SettingsError(
+                f"study (seed {first.seed}): evaluation.{key} differs between experiments "
+                f"{labels[ids[0]]} and {labels[other]}, which share the initial pool and its evaluation; "
+                "a comparison scores every experiment on the same evaluation"
+            )
+    evaluation = dataclasses.replace(
+        first.evaluation, enabled=any(experiments[e].evaluation.enabled for e in ids)
+    )
+    prompts = dataclasses.replace(first.prompts, reference_column=next(iter(references), None))
+    return dataclasses.replace(
+        first,
+        experiment=init_id,
+        members=tuple(members.values()),
+        base_models=bases,
+        prompts=prompts,
+        evaluation=evaluation,
+    )
 
 
 def expand(config: dict) -> Study:
@@ -121,23 +199,28 @@ def expand(config: dict) -> Study:
             except SettingsError as e:
                 raise SettingsError(f"study.experiments.{exp_name} (seed {seed}): {e}") from e
     # one shared initial pool per seed and init-relevant settings; members joined by name
-    groups: dict[str, list[str]] = {}
+    sets_members = {exp_id: "members" in (overlays[labels[exp_id]] or {}) for exp_id in experiments}
+    groups: dict[tuple[int, str], list[str]] = {}
     for exp_id, s in experiments.items():
-        groups.setdefault(_init_key(s), []).append(exp_id)
+        groups.setdefault((s.seed, _init_key(s)), []).append(exp_id)
     init_of, inits = {}, {}
-    seeds_seen: dict[int, int] = {}
-    for ids in groups.values():
-        first = experiments[ids[0]]
-        k = seeds_seen[first.seed] = seeds_seen.get(first.seed, 0) + 1
-        init_id = f"{name}/_init-seed{first.seed}" + (f"-{k}" if k > 1 else "")
-        members: dict[str, object] = {}
-        for exp_id in ids:
-            for m in experiments[exp_id].members:
-                if members.setdefault(m.name, m) != m:
-                    raise SettingsError(
-                        f"study: member {m.name} differs between experiments ({members[m.name]} vs {m}); "
-                        "give different members different names"
-                    )
-            init_of[exp_id] = init_id
-        inits[init_id] = dataclasses.replace(first, experiment=init_id, members=tuple(members.values()))
+    for seed in dict.fromkeys(s.seed for s in experiments.values()):
+        keys = [k for k in groups if k[0] == seed]
+        # the seed's pool: the group of the experiments that keep the base config's members
+        main = [k for k in keys if not all(sets_members[e] for e in groups[k])]
+        if len(main) > 1:
+            a, b = groups[main[0]][0], groups[main[1]][0]
+            differ = ", ".join(_differences(experiments[a], experiments[b]))
+            raise SettingsError(
+                f"study: experiments {labels[a]} and {labels[b]} (seed {seed}) would need two different "
+                f"initial pools ({differ} differ); a study shares one initial pool per seed: give them "
+                "the same values, or run them as studies of their own (only a pool-size experiment, "
+                "one that sets members, may have a pool of its own)"
+            )
+        for k, key in enumerate(main + [k for k in keys if k not in main], start=1):
+            ids = groups[key]
+            init_id = f"{name}/_init-seed{seed}" + (f"-{k}" if k > 1 else "")
+            inits[init_id] = _shared_init(init_id, ids, experiments, labels)
+            for exp_id in ids:
+                init_of[exp_id] = init_id
     return Study(name, experiments, init_of, inits, True, configs, labels)

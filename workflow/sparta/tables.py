@@ -215,8 +215,13 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     # --- studies -----------------------------------------------------------------------------
-    # per task and experiment: the best-on-validation member's test score (mean and sd over
-    # seeds) and its paired-bootstrap differences to best init and to Sparta
+    # per task and experiment (and per initial pool: best init): the best-on-validation
+    # member's test score (mean and sd over seeds; select_from: all | final | initial; selected
+    # and *_per_seed: "seed=value;..." per seed, member@checkpoint for selected) and its paired
+    # differences to the run's own best init and to Sparta: item bootstrap stratified by seed
+    # (conditional on these training runs), Holm-adjusted over the table's family
+    # (family_size comparisons; _significant: adjusted p < 0.05), a seed-level t interval with
+    # 5 seeds or more (null below), and the design's minimum detectable difference (_mde)
     "comparison": pa.schema(
         [
             ("task", _str),
@@ -225,11 +230,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("items", pa.int64()),
             ("test", _f64),
             ("test_sd", _f64),
+            ("select_from", _str),
+            ("selected", _str),
+            ("test_per_seed", _str),
+            ("family_size", pa.int64()),
         ]
         + [
-            (f"{ref}{x}", pa.bool_() if x == "_significant" else _f64)
+            (f"{ref}{x}", {"_significant": pa.bool_(), "_per_seed": _str}.get(x, _f64))
             for ref in ("vs_best_init", "vs_sparta")
-            for x in ("", "_low", "_high", "_p", "_significant")
+            for x in (
+                "",
+                "_low",
+                "_high",
+                "_p",
+                "_p_holm",
+                "_significant",
+                "_per_seed",
+                "_seed_low",
+                "_seed_high",
+                "_seed_p",
+                "_seed_p_holm",
+                "_mde",
+            )
         ]
     ),
     # inference per experiment and iteration, mean over seeds
@@ -251,7 +273,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     # mean words of chosen and rejected answers per iteration
     "lengths": pa.schema([("iteration", _i32), ("chosen_words", _f64), ("rejected_words", _f64)]),
     # preference-label accuracy over informative pairs (exactly one answer right), with a 95%
-    # Wilson interval; scope overall | iteration | judge | iteration x judge
+    # Wilson interval; scope overall | iteration | judge | iteration x judge, and for a
+    # baseline trainee | iteration x trainee (the pairs each member trained on; judge = trainee)
     "label_accuracy": pa.schema(
         [
             ("scope", _str),

@@ -1,0 +1,329 @@
+"""The study comparison's statistics on synthetic score tables whose right answer is known:
+Holm-Bonferroni, the item bootstrap stratified by seed, each seed's own difference, the
+seed-level interval, the minimum detectable difference, best init per run (a pool-size
+experiment listed first or last gives the same table), checkpoint selection from every
+checkpoint or the final ones; and what a study shares per seed."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from sparta import compare, tables
+from sparta.settings import SettingsError
+from sparta.study import expand
+
+from .workflow_helpers import tiny_config
+
+TASK = "t"
+
+
+def evaluation(member: str, checkpoint: int, val: list[float], test: list[float]) -> pd.DataFrame:
+    """One member at one checkpoint: validation items v0.., test items i0.."""
+    rows = [("validation", f"v{k}", x) for k, x in enumerate(val)] + [
+        ("test", f"i{k}", x) for k, x in enumerate(test)
+    ]
+    return pd.DataFrame(
+        [
+            {
+                "task": TASK,
+                "member": member,
+                "checkpoint": checkpoint,
+                "split": s,
+                "example_id": e,
+                "score": x,
+            }
+            for s, e, x in rows
+        ]
+    )
+
+
+def ones(k: int, n: int = 10) -> list[float]:
+    """n scores, the first k right."""
+    return [float(i < k) for i in range(n)]
+
+
+def by_name(table: pd.DataFrame) -> pd.DataFrame:
+    return table.set_index("experiment")
+
+
+# --- Holm-Bonferroni -------------------------------------------------------------------------
+
+
+def test_holm_by_hand():
+    """p = 0.01, 0.04, 0.03, 0.005: sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06,
+    0.04 x 1 = 0.04 -> 0.06 (monotone); NaN stays out of the family."""
+    adjusted = compare.holm([0.01, 0.04, np.nan, 0.03, 0.005])
+    assert adjusted[[0, 1, 3, 4]] == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert np.isnan(adjusted[2])
+    assert compare.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+
+
+def test_the_star_marks_the_holm_adjusted_p_only():
+    """Seed 1, 20 test items. Best init right on none; Sparta's member right on 4 of them;
+    SPIN's member is best init's twin. Family: sparta vs best init, spin vs best init, spin vs
+    sparta (best init vs sparta is sparta vs best init again): 3. Sparta vs best init has
+    p = 2 x P(no right item drawn) = 2 x 0.8^20 = 0.023 < 0.05, and so has spin vs sparta
+    (the mirror differences); Holm multiplies the smallest by 3: 0.069, no star."""
+    n = 20
+    initial = evaluation("a", 0, ones(5, n), ones(0, n))
+    runs = pd.DataFrame(
+        {"run": ["s/sparta-seed1", "s/spin-seed1"], "experiment": ["sparta", "spin"], "seed": [1, 1]}
+    )
+    evaluations = {
+        "s/sparta-seed1": evaluation("a", 1, ones(9, n), ones(4, n)),
+        "s/spin-seed1": evaluation("a", 1, ones(9, n), ones(0, n)),
+    }
+    table = compare.comparison(runs, evaluations, None, {1: initial}, 20_000)
+    t = by_name(table)
+    p = t.loc["sparta", "vs_best_init_p"]
+    assert p == pytest.approx(2 * 0.8**20, abs=0.01) and p < 0.05
+    assert t.loc["spin", "vs_sparta_p"] == p  # mirror differences, same draws
+    assert (table["family_size"] == 3).all()
+    assert t.loc["sparta", "vs_best_init_p_holm"] == pytest.approx(3 * p)
+    assert t.loc["spin", "vs_sparta_p_holm"] == pytest.approx(3 * p)
+    assert t.loc["spin", "vs_best_init_p_holm"] == 1.0  # identical answers: p = 1
+    assert t.loc["best init", "vs_sparta_p_holm"] == t.loc["sparta", "vs_best_init_p_holm"]
+    assert not table["vs_best_init_significant"].any() and not table["vs_sparta_significant"].any()
+    text = compare.format_table(table)
+    assert "*" not in text.split("brackets")[0]  # no star in the table itself
+    assert "family of 3 comparisons" in text
+    # a clear effect stays significant after the adjustment
+    evaluations["s/sparta-seed1"] = evaluation("a", 1, ones(9, n), ones(12, n))
+    t = by_name(compare.comparison(runs, evaluations, None, {1: initial}, 5_000))
+    assert t.loc["sparta", "vs_best_init_significant"] and t.loc["sparta", "vs_best_init_p_holm"] < 0.05
+    assert "*" in compare.format_table(t.reset_index()).split("brackets")[0]
+
+
+# --- the bootstrap, per seed and over seeds --------------------------------------------------
+
+
+def test_bootstrap_is_stratified_by_seed():
+    """Seed 1 gains 1 on every item, seed 2 loses 1 on every item: resampling items within
+    each seed never changes either seed's mean, so the conditional interval is [0, 0] (a
+    seeds-then-items bootstrap would reach -1 and +1)."""
+    assert compare.paired_bootstrap([np.ones(8), -np.ones(8)], replicates=2_000)[:3] == (0.0, 0.0, 0.0)
+    # seed 1: differences 0 and 1 (mean 0, 0.5 or 1 with probability 1/4, 1/2, 1/4); seed 2: 0
+    d, low, high, p = compare.paired_bootstrap([np.array([0.0, 1.0]), np.zeros(3)], replicates=40_000)
+    assert (d, low, high) == (0.25, 0.0, 0.5)
+    assert p == pytest.approx(0.5, abs=0.02)  # P(mean <= 0) = 1/4
+
+
+def two_seed_study(gains: dict[int, int], n: int = 10):
+    """Best init (a) right on 3 of n test items in each seed; Sparta's member right on
+    3 + gains[seed]."""
+    runs, evaluations, initial = [], {}, {}
+    for s, gain in gains.items():
+        run = f"s/sparta-seed{s}"
+        runs.append({"run": run, "experiment": "sparta", "seed": s})
+        initial[run] = evaluation("a", 0, ones(5, n), ones(3, n))
+        evaluations[run] = evaluation("a", 1, ones(6, n), ones(3 + gain, n))
+    return pd.DataFrame(runs), evaluations, initial
+
+
+def test_each_seed_has_its_own_difference():
+    runs, evaluations, initial = two_seed_study({1: 4, 2: -1, 3: 0})
+    table = compare.comparison(runs, evaluations, None, initial, 2_000)
+    t = by_name(table)
+    assert compare.per_seed(t.loc["sparta", "vs_best_init_per_seed"]) == {
+        1: "+0.4000",
+        2: "-0.1000",
+        3: "+0.0000",
+    }
+    assert compare.per_seed(t.loc["sparta", "test_per_seed"]) == {1: "0.7000", 2: "0.2000", 3: "0.3000"}
+    assert compare.per_seed(t.loc["sparta", "selected"]) == {1: "a@1", 2: "a@1", 3: "a@1"}
+    assert t.loc["sparta", "vs_best_init"] == pytest.approx(0.1)  # the mean of the seeds' differences
+    assert compare.per_seed(t.loc["best init", "vs_sparta_per_seed"])[2] == "+0.1000"
+    assert np.isnan(t.loc["sparta", "vs_best_init_seed_low"])  # 3 seeds: no seed-level interval
+    tables.to_arrow(table, "comparison")  # the table contract holds
+    text = compare.format_table(table)
+    assert "conditional on these training runs" in text and "+0.4000" in text
+
+
+def test_five_seeds_add_a_t_interval_over_seeds():
+    gains = {1: 4, 2: -1, 3: 0, 4: 2, 5: 1}
+    runs, evaluations, initial = two_seed_study(gains)
+    t = by_name(compare.comparison(runs, evaluations, None, initial, 2_000))
+    x = np.array(list(gains.values())) / 10
+    half = stats.t.ppf(0.975, 4) * x.std(ddof=1) / np.sqrt(5)  # 2.776 x sd / sqrt(5)
+    low, high = t.loc["sparta", ["vs_best_init_seed_low", "vs_best_init_seed_high"]]
+    assert (low, high) == pytest.approx((x.mean() - half, x.mean() + half))
+    assert t.loc["sparta", "vs_best_init_seed_p"] == pytest.approx(stats.ttest_1samp(x, 0).pvalue)
+    assert "seed-level 95% t interval" in compare.format_table(t.reset_index())
+
+
+def test_minimum_detectable_difference_by_hand():
+    """One seed, 100 items: 20 gain (+1), 10 lose (-1), 70 tie. The variance of the paired
+    differences is 0.30 - 0.1^2 (x 100/99): MDE = (1.960 + 0.842) x sd / sqrt(100)."""
+    d = np.array([1.0] * 20 + [-1.0] * 10 + [0.0] * 70)
+    expected = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * np.sqrt((0.30 - 0.01) * 100 / 99 / 100)
+    assert compare.minimum_detectable_difference([d]) == pytest.approx(expected)
+    assert expected == pytest.approx(0.151, abs=0.001)
+    # two seeds of the same design: the mean of two means, so sqrt(2) smaller
+    assert compare.minimum_detectable_difference([d, d]) == pytest.approx(expected / np.sqrt(2))
+    runs, evaluations, initial = two_seed_study({1: 4, 2: -1})
+    table = compare.comparison(runs, evaluations, None, initial, 500)
+    assert table["vs_best_init_mde"].notna().any()
+    assert "minimum detectable difference" in compare.format_table(table)
+
+
+# --- best init per run -----------------------------------------------------------------------
+
+
+def pool_size_study(order: list[str], keyed_by: str = "run"):
+    """Seed 1 and 2. Initial members a, b, c, and d (only pool_4 has d); d is the best initial
+    member on validation (test 0.2), then a (test 0.5). Sparta (a, b, c) and pool_4 (a..d)
+    both end with a member right on 6 test items."""
+    init = pd.concat(
+        [
+            evaluation("a", 0, ones(6), ones(5)),
+            evaluation("b", 0, ones(2), ones(9)),
+            evaluation("c", 0, ones(1), ones(1)),
+            evaluation("d", 0, ones(8), ones(2)),
+        ]
+    )
+    members = {"sparta": ["a", "b", "c"], "pool_4": ["a", "b", "c", "d"]}
+    runs, evaluations, initial = [], {}, {}
+    for exp in order:
+        for s in (1, 2):
+            run = f"s/{exp}-seed{s}"
+            runs.append({"run": run, "experiment": exp, "seed": s, "members": members[exp]})
+            evaluations[run] = pd.concat([evaluation(m, 1, ones(9), ones(6)) for m in members[exp]])
+            if keyed_by == "run":
+                initial[run] = init[init["member"].isin(members[exp])]
+            else:
+                initial[s] = init  # every member of the seed: each run's own are picked by name
+    return pd.DataFrame(runs), evaluations, initial
+
+
+def test_best_init_is_each_runs_own_whatever_the_order():
+    tables_ = []
+    for order in (["sparta", "pool_4"], ["pool_4", "sparta"]):
+        for keyed in ("run", "seed"):
+            runs, evaluations, initial = pool_size_study(order, keyed)
+            tables_.append(compare.comparison(runs, evaluations, None, initial, 1_000))
+    first = by_name(tables_[0])
+    assert first.loc["sparta", "vs_best_init"] == pytest.approx(0.1)  # 0.6 - a's 0.5
+    assert first.loc["pool_4", "vs_best_init"] == pytest.approx(0.4)  # 0.6 - d's 0.2
+    assert first.loc["best init", "test"] == pytest.approx(0.5)
+    assert first.loc["best init (pool_4)", "test"] == pytest.approx(0.2)
+    assert compare.per_seed(first.loc["best init (pool_4)", "selected"]) == {1: "d@0", 2: "d@0"}
+    for other in tables_[1:]:
+        pd.testing.assert_frame_equal(
+            by_name(other).sort_index(), first.sort_index(), check_exact=False, rtol=1e-12
+        )
+
+
+# --- checkpoint selection --------------------------------------------------------------------
+
+
+def selection_study(select_column: str | None = None):
+    """Initial a (validation 5/10, test 3/10). After iteration 1, b is best on validation
+    (9/10, test 8/10); after iteration 2 (final), a is (7/10, test 4/10)."""
+    runs = pd.DataFrame({"run": ["s/sparta-seed1"], "experiment": ["sparta"], "seed": [1]})
+    if select_column:
+        runs["select_from"] = select_column
+    evaluations = {
+        "s/sparta-seed1": pd.concat(
+            [
+                evaluation("a", 1, ones(3), ones(2)),
+                evaluation("b", 1, ones(9), ones(8)),
+                evaluation("a", 2, ones(7), ones(4)),
+                evaluation("b", 2, ones(6), ones(10)),
+            ]
+        )
+    }
+    initial = {
+        "s/sparta-seed1": pd.concat(
+            [evaluation("a", 0, ones(5), ones(3)), evaluation("b", 0, ones(1), ones(1))]
+        )
+    }
+    return runs, evaluations, initial
+
+
+def test_select_from_all_checkpoints_or_the_final_ones():
+    runs, evaluations, initial = selection_study()
+    every = by_name(compare.comparison(runs, evaluations, None, initial, 500))  # default: all
+    final = by_name(compare.comparison(runs, evaluations, None, initial, 500, select_from="final"))
+    assert every.loc["sparta", "selected"] == "1=b@1" and every.loc["sparta", "test"] == pytest.approx(0.8)
+    assert final.loc["sparta", "selected"] == "1=a@2" and final.loc["sparta", "test"] == pytest.approx(0.4)
+    assert (every.loc["sparta", "select_from"], final.loc["sparta", "select_from"]) == ("all", "final")
+    assert every.loc["sparta", "vs_best_init"] == pytest.approx(0.5)
+    assert final.loc["sparta", "vs_best_init"] == pytest.approx(0.1)
+    # a run's own select_from (runs column) wins over the argument
+    runs_final, *_ = selection_study("final")
+    over = by_name(compare.comparison(runs_final, evaluations, None, initial, 500, select_from="all"))
+    assert over.loc["sparta", "selected"] == "1=a@2"
+    with pytest.raises(ValueError, match="select_from"):
+        compare.comparison(runs, evaluations, None, initial, 500, select_from="best")
+
+
+def test_select_from_all_can_pick_the_initial_pool_and_ties_go_to_the_earlier_checkpoint():
+    runs, evaluations, initial = selection_study()
+    initial["s/sparta-seed1"] = evaluation("a", 0, ones(10), ones(3))  # the initial a is best
+    t = by_name(compare.comparison(runs, evaluations, None, initial, 500))
+    assert t.loc["sparta", "selected"] == "1=a@0" and t.loc["sparta", "vs_best_init"] == 0.0
+    same = pd.concat([evaluation(m, c, ones(5), ones(c + 2)) for m in "ab" for c in (1, 2)])
+    pick = compare.best_checkpoint(pd.concat([evaluation("a", 0, ones(5), ones(1)), same]), TASK)
+    assert pick == ("a", 0)  # every validation score ties: the earliest checkpoint, then the name
+    assert compare.best_checkpoint(same, TASK) == ("a", 1)
+
+
+# --- what a study shares per seed ------------------------------------------------------------
+
+BASE = Path("/nonexistent/tiny")  # expand() reads no file
+
+
+def study(**experiments) -> dict:
+    cfg = tiny_config(BASE, "s")
+    cfg["study"] = {"seeds": [1, 2], "experiments": experiments}
+    return cfg
+
+
+def test_keys_that_cannot_change_the_pool_do_not_split_it():
+    s = expand(
+        study(
+            sparta={},
+            spin={"method": "spin", "prompts": {"reference_column": "solution"}},
+            final_only={"evaluation": {"checkpoints": "final", "batch_size": 2}},
+        )
+    )
+    assert set(s.inits) == {"s/_init-seed1", "s/_init-seed2"}
+    assert {s.init_of[e] for e in s.experiments if e.endswith("seed1")} == {"s/_init-seed1"}
+    # the shared prompt tables carry SPIN's reference answers
+    assert s.inits["s/_init-seed1"].prompts.reference_column == "solution"
+
+
+def test_a_seed_that_would_need_two_pools_stops():
+    with pytest.raises(
+        SettingsError, match=r"sparta and more_sft \(seed 1\).*two different initial pools.*sft"
+    ):
+        expand(study(sparta={}, more_sft={"sft": {"max_steps": 5}}))
+    with pytest.raises(SettingsError, match="prompts.reference_column differs"):
+        expand(
+            study(
+                a={"prompts": {"reference_column": "solution"}},
+                b={"prompts": {"reference_column": "prompt"}},
+            )
+        )
+    with pytest.raises(SettingsError, match="evaluation.tasks differs"):
+        expand(study(a={}, b={"evaluation": {"tasks": [{"name": "other", "source": "prompts"}]}}))
+
+
+def test_a_pool_size_experiment_may_have_a_pool_of_its_own():
+    members = tiny_config(BASE)["members"] + [{"name": "dan", "base": "big"}]
+    s = expand(
+        study(
+            sparta={},
+            pool_4={"members": members, "base_models": {"big": {"path": "/nonexistent/big"}}},
+            pool_4_more_sft={"members": members, "sft": {"max_steps": 5}},
+        )
+    )
+    # pool_4 shares the seed's pool (its new base model joins it); the other has its own
+    assert s.init_of["s/pool_4-seed1"] == s.init_of["s/sparta-seed1"] == "s/_init-seed1"
+    assert s.init_of["s/pool_4_more_sft-seed1"] == "s/_init-seed1-2"
+    shared = s.inits["s/_init-seed1"]
+    assert list(shared.member_names) == ["ann", "bob", "cid", "dan"]
+    assert set(shared.base_models) == {"tiny", "big"}
