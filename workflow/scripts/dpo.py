@@ -6,7 +6,7 @@ from pathlib import Path
 from sparta import tables
 from sparta.jobs import as_list
 from sparta.logs import setup
-from sparta.members import MemberSpec
+from sparta.members import RESULTS, MemberSpec
 from sparta.settings import derive_seed, job_settings
 from sparta.train import Tracking, dpo_members, training_log
 
@@ -33,4 +33,4 @@ for spec, out, metrics, summary in zip(specs, outs, as_list(sm.output.training_l
     log.info(
         "DPO of %s on %d of the iteration's %d pairs: %s", spec.name, summary["pairs"], len(prefs), summary
     )
-    MemberSpec(spec.name, spec.base, summary["adapter"]).write(out)
+    MemberSpec(spec.name, spec.base, summary["adapter"]).write(out, root=RESULTS)

