@@ -10,6 +10,9 @@ or the whole pool.
 
 from __future__ import annotations
 
+import logging
+import time
+
 import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
@@ -19,6 +22,8 @@ from ..members import MemberSpec
 from ..models import MemberLoader
 from ..settings import BackendSettings, Runtime, Sampling
 from . import Generation, Served, decode_answer
+
+log = logging.getLogger(__name__)
 
 
 class HFBackend:
@@ -137,6 +142,7 @@ def generate(
         top_k=50,
         repetition_penalty=1.0,
     )
+    started, logged = time.perf_counter(), 0
     with tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
@@ -154,6 +160,11 @@ def generate(
             for i, ids in zip(idx, new):
                 out[i] = decode_answer(tok, ids, stops)
             bar.update(len(idx))
+            done = start + len(idx)
+            if done == len(order) or done - logged >= max(batch_size, len(order) // 10):
+                logged, elapsed = done, time.perf_counter() - started
+                rate = done / elapsed
+                log.info("%s: %d/%d prompts, %.2f prompts/s, %.0f s", desc, done, len(order), rate, elapsed)
     return out  # type: ignore[return-value]
 
 
