@@ -207,15 +207,12 @@ def cmd_show(args) -> dict:
     }
 
 
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-
-
 def cmd_config(args) -> dict:
     """Every setting of a config with the defaults filled in (config.yaml, then each
     --configfile merged over it, as snakemake does)."""
-    import jsonschema
     import yaml
 
+    from .config import ConfigError, validate
     from .settings import Settings, SettingsError
 
     config: dict = {}
@@ -224,11 +221,10 @@ def cmd_config(args) -> dict:
             raise CLIError(f"no such config file: {path}")
         config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
     try:
-        jsonschema.validate(config, yaml.safe_load(SCHEMA.read_text()))
+        validate(config)
         return Settings.from_config(config).to_dict()
-    except jsonschema.ValidationError as e:
-        where = ".".join(map(str, e.absolute_path)) or "config"
-        raise CLIError(f"{where}: {e.message}") from None
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
     except SettingsError as e:
         raise CLIError(str(e)) from None
 
