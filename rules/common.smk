@@ -6,6 +6,7 @@
 # the initial pool and its evaluation. Everything a rule needs is looked up per run.
 import os
 import re
+import sys
 
 from sparta import config as sparta_config
 from sparta import locks
@@ -17,6 +18,8 @@ sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
 # the world before any job starts; paths are relative to the working directory, as in jobs
 STUDY = sparta_config.load_study(config, ".")
+for note in STUDY.notes:
+    print(f"sparta: note: {note}", file=sys.stderr)
 
 
 # Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,

@@ -8,6 +8,7 @@ message names the config key or file to fix.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib.util
 import json
@@ -15,7 +16,7 @@ import math
 import re
 from pathlib import Path
 
-from .data import PromptFileError, read_prompt_file, read_table_file, split_sizes
+from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, expand, run_configs, study_problems
 
@@ -206,9 +207,10 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
     except SettingsError as e:
         raise ConfigError(f"config problems:\n  - {e}") from e
     label = {exp: exp.split("/", 1)[-1] for exp in study.experiments}
+    notes: list[str] = []
     for exp, settings in study.experiments.items():
         try:
-            check(settings, root)
+            check(settings, root, notes)
         except ConfigError as e:
             for line in _lines(e):
                 problems.setdefault(line, []).append(label[exp])
@@ -225,13 +227,15 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
                 "fanout pool needs the same members in every experiment (pool sizes: fanout member)", []
             ).append(label[exp])
     _raise_grouped(problems, list(label.values()))
-    return study
+    return dataclasses.replace(study, notes=tuple(dict.fromkeys(notes)))
 
 
-def check(settings: Settings, root: str | Path = ".") -> None:
-    """Raise ConfigError naming every problem found (all at once)."""
+def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = None) -> None:
+    """Raise ConfigError naming every problem found (all at once); what a run should know but
+    can run with (prompts written twice) is added to ``notes``."""
     root = Path(root)
     problems: list[str] = []
+    notes = [] if notes is None else notes
     members = settings.members
     if len(members) < 3:
         problems.append(
@@ -269,8 +273,9 @@ def check(settings: Settings, root: str | Path = ".") -> None:
         if m.adapter:
             problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter"))
         if m.sft_domain:
-            problems.extend(_check_sft_data(root / settings.sft.data_dir / f"{m.sft_domain}.jsonl", where))
-    problems.extend(_check_prompts(settings, root))
+            path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
+            problems.extend(_check_sft_data(path, where, settings.sft.examples))
+    problems.extend(_check_prompts(settings, root, notes))
     if settings.evaluation.enabled:
         for task in settings.evaluation.tasks:
             problems.extend(_check_task(task, settings, root))
@@ -424,7 +429,7 @@ def _check_adapter_folder(folder: Path, key: str) -> list[str]:
     return []
 
 
-def _check_sft_data(path: Path, where: str) -> list[str]:
+def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:
     if not path.is_file():
         return [f"{where}.sft_domain: no SFT data file {path}"]
     try:
@@ -435,10 +440,15 @@ def _check_sft_data(path: Path, where: str) -> list[str]:
         return [f"{where}.sft_domain: {path} needs rows with prompt and response columns"]
     if data[["prompt", "response"]].isna().any().any():
         return [f"{where}.sft_domain: {path} has empty (null) prompts or responses"]
+    if len(data) < examples:
+        return [
+            f"{where}.sft_domain: {path} has {len(data)} examples but sft.examples is {examples}: "
+            f"lower sft.examples to {len(data)} or add examples"
+        ]
     return []
 
 
-def _check_prompts(settings: Settings, root: Path) -> list[str]:
+def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str]:
     p = settings.prompts
     try:
         prompts = read_prompt_file(
@@ -446,12 +456,23 @@ def _check_prompts(settings: Settings, root: Path) -> list[str]:
         )
     except PromptFileError as e:
         return [str(e)]
-    n_align, n_val, n_test = split_sizes(len(prompts), p.validation, p.test)
+    repeated = duplicate_prompts(prompts)
+    if repeated:
+        text, times = next(iter(repeated.items()))
+        example = text if len(text) <= 60 else text[:57] + "..."
+        notes.append(
+            f"prompt file {root / p.file}: {len(repeated)} prompt(s) written more than once "
+            f"(such as {example!r}, {times} times); each stays in one split with its copies"
+        )
+    distinct = len(prompts) - sum(repeated.values()) + len(repeated)
+    n_align, n_val, n_test = split_sizes(distinct, p.validation, p.test)
     if n_align < 1:
         return [
             f"prompts.validation + prompts.test ({p.validation} + {p.test}) leave none of the "
-            f"{len(prompts)} prompts for alignment: lower them"
+            f"{distinct} prompts for alignment: lower them"
         ]
+    if repeated:  # the rows of the alignment split, copies included
+        n_align = len(split(prompts, p.validation, p.test, settings.seed)["alignment"])
     if p.per_iteration > n_align:
         return [
             f"prompts.per_iteration ({p.per_iteration}) is larger than the alignment split ({n_align} "

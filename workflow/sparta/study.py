@@ -139,6 +139,8 @@ class Study:
     """Each experiment's config: the base with its overlay merged in."""
     labels: dict[str, str] = field(default_factory=dict)
     """Each experiment's name in the study (its overlay key), without the seed."""
+    notes: tuple[str, ...] = ()
+    """What the checks found that a run can go on with, told once at its start."""
 
     @property
     def runs(self) -> dict[str, Settings]:
