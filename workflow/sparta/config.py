@@ -245,7 +245,10 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         problems.append(f"members: names must be unique; repeated: {dupes}")
+    used = {m.base for m in members}  # a base no member names (config.yaml's, merged) is never loaded
     for name, spec in settings.base_models.items():
+        if name not in used:
+            continue
         gguf = spec.gguf_package is not None or spec.gguf_file is not None
         if spec.path is not None and gguf:
             problems.append(f"base_models.{name}: give either path or gguf_package + gguf_file")
