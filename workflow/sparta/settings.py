@@ -419,8 +419,9 @@ class Settings:
         reputation = dict(config.pop("reputation", None) or {})
         preset = reputation.pop("preset", "sparta")
         hints = typing.get_type_hints(ReputationParams)
-        reputation = {
-            k: _convert(hints[k], v, f"reputation.{k}") if k in hints else v for k, v in reputation.items()
+        reputation = {  # whole numbers of integer keys, finite numbers (ints stay as written)
+            k: _convert(hints[k], v, f"reputation.{k}") if k in hints and isinstance(v, float) else v
+            for k, v in reputation.items()
         }
         try:
             rep = ReputationParams.preset(preset, **reputation)
