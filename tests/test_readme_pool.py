@@ -79,3 +79,21 @@ def test_a_base_model_no_member_names_is_not_checked(tiny_base):
     cfg["members"][2]["base"] = "toy"
     with pytest.raises(sparta_config.ConfigError, match="no_such_package_here"):
         sparta_config.load(cfg, REPO)
+
+
+def test_sparta_config_takes_several_files_and_studies(monkeypatch, capsys):
+    from sparta.cli import main
+
+    monkeypatch.chdir(REPO)
+    paper = ["workflow/configs/paper.yaml", "workflow/configs/paper-study.yaml"]
+    assert main(["config", "--base", paper[0], "--configfile", paper[1], "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert len(runs) == 12 * 3 and runs["paper/spin-seed2"]["method"] == "spin"
+    assert runs["paper/spin-seed2"]["seed"] == 2 and len(runs["paper/pool_3-seed1"]["members"]) == 3
+    # two files after one --configfile, merged in order over config.yaml
+    assert main(["config", "--configfile", ".test/config.yaml", "workflow/configs/study-small.yaml"]) == 0
+    runs = yaml.safe_load(capsys.readouterr().out)
+    assert sorted(runs)[0] == "study-small/meta_rewarding-seed1" and len(runs) == 10
+    assert runs["study-small/sparta-seed1"]["iterations"] == 1  # .test's, under the study
+    assert main(["config", "--configfile", ".test/config.yaml", "/no/such.yaml"]) == 2
+    assert "no such config file: /no/such.yaml" in capsys.readouterr().err
