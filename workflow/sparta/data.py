@@ -57,9 +57,13 @@ def _json_records(text: str, path: Path, what: str, lines: bool) -> list[tuple[s
 
 def read_table_file(path: str | Path, what: str = "prompt file", key: str = "prompts.file") -> pd.DataFrame:
     """A jsonl, json, csv or parquet file as a DataFrame, with errors that name the file (and
-    the line, for a JSON line that cannot be read); a UTF-8 byte order mark is accepted. The
-    rows of a JSON file as written (before pandas guesses types) are in ``attrs["records"]``,
-    as (where, record) pairs."""
+    the line, for a JSON line that cannot be read); a UTF-8 byte order mark is accepted."""
+    return _read_table(path, what, key)[0]
+
+
+def _read_table(path: str | Path, what: str, key: str) -> tuple[pd.DataFrame, list | None]:
+    """The table of :func:`read_table_file`, and for a JSON file its rows as written (before
+    pandas guesses types: "123" stays text) as (where, record) pairs (None for others)."""
     path = Path(path)
     if not path.is_file():
         raise PromptFileError(f"{what} {path} does not exist (config key {key})")
@@ -77,12 +81,11 @@ def read_table_file(path: str | Path, what: str = "prompt file", key: str = "pro
                 df = pd.read_json(io.StringIO(text), lines=True) if text.strip() else pd.DataFrame()
             else:
                 df = pd.read_json(io.StringIO(text))
-            df.attrs["records"] = records
-            return df
+            return df, records
         if suffix == ".csv":
-            return pd.read_csv(path, encoding="utf-8-sig") if path.stat().st_size else pd.DataFrame()
+            return (pd.read_csv(path, encoding="utf-8-sig") if path.stat().st_size else pd.DataFrame()), None
         if suffix == ".parquet":
-            return pd.read_parquet(path)
+            return pd.read_parquet(path), None
     except (ValueError, UnicodeDecodeError) as e:
         if isinstance(e, PromptFileError):
             raise
@@ -106,10 +109,9 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
-def _check_text(df: pd.DataFrame, column: str, path: Path, suffix: str, key: str) -> None:
+def _check_text(df: pd.DataFrame, records, column: str, path: Path, suffix: str, key: str) -> None:
     """Every value of ``column`` is non-empty text, as the file wrote it; else the rows (line
     or row) and what they hold."""
-    records = df.attrs.get("records")
     if records is not None and len(records) == len(df):
         values = [(where, record.get(column)) for where, record in records]
     else:
@@ -143,7 +145,7 @@ def read_prompt_file(
 ) -> pd.DataFrame:
     """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
     path = Path(path)
-    df = read_table_file(path)
+    df, records = _read_table(path, "prompt file", "prompts.file")
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
     for key, col in (
@@ -156,11 +158,10 @@ def read_prompt_file(
             raise PromptFileError(
                 f"prompt file {path} has no column {col!r} ({key}); columns are {list(df.columns)}"
             )
-    _check_text(df, prompt_column, path, path.suffix.lower(), "prompts.prompt_column")
+    _check_text(df, records, prompt_column, path, path.suffix.lower(), "prompts.prompt_column")
     if id_column is not None and df[id_column].isna().any():
         rows = [int(i) + 1 for i in df.index[df[id_column].isna()][:5]]
         raise PromptFileError(f"prompt file {path}: column {id_column!r} is empty (null) in row(s) {rows}")
-    records = df.attrs.get("records")
     if records is not None and len(records) == len(df):  # the text as written ("123", not 123.0)
         prompts = pd.Series([record[prompt_column] for _, record in records], index=df.index)
     else:
