@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib.util
 import json
 import math
@@ -52,10 +53,19 @@ NUMBER_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 MESSAGE_CHARS = 200  # a schema message quotes the value: a long one is cut
 
 
+@functools.cache
 def _schema() -> dict:
+    """The config schema, read once (never changed by its users)."""
     import yaml
 
     return yaml.safe_load(SCHEMA.read_text())
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(_schema())
 
 
 def _types(node: dict) -> set[str]:
@@ -131,17 +141,13 @@ def validate(config: dict) -> dict:
     """The config checked against the schema, in place: numbers read by their meaning (see
     :func:`_read_numbers`), then every problem of the schema at once, one line each (never
     the schema or the whole config). Returns the config; raises ConfigError."""
-    import jsonschema
-
     schema = _schema()
     problems: list[str] = []
     read = _read_numbers(config, schema, schema, "", problems)
     config.clear()
     config.update(read)
     told = {problem.split(": ", 1)[0] for problem in problems}  # a value not finite: said once
-    for error in sorted(
-        jsonschema.Draft202012Validator(schema).iter_errors(config), key=lambda e: list(map(str, e.path))
-    ):
+    for error in sorted(_validator().iter_errors(config), key=lambda e: list(map(str, e.path))):
         if _dotted(error.absolute_path) not in told:
             problems += _schema_problem(error)
     if problems:
@@ -451,14 +457,33 @@ def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:
     return []
 
 
+_PROMPT_FILES: dict[tuple, object] = {}
+
+
+def _read_prompts(path: Path, *columns):
+    """read_prompt_file once per file version and columns (a study checks every run's): the
+    table, or the PromptFileError it raised."""
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, columns)
+    except OSError:
+        key = None
+    if key is None or key not in _PROMPT_FILES:
+        try:
+            found = read_prompt_file(path, *columns)
+        except PromptFileError as e:
+            found = e
+        if key is None:
+            return found
+        _PROMPT_FILES[key] = found
+    return _PROMPT_FILES[key]
+
+
 def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str]:
     p = settings.prompts
-    try:
-        prompts = read_prompt_file(
-            root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column
-        )
-    except PromptFileError as e:
-        return [str(e)]
+    prompts = _read_prompts(root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column)
+    if isinstance(prompts, PromptFileError):
+        return [str(prompts)]
     repeated = duplicate_prompts(prompts)
     if repeated:
         text, times = next(iter(repeated.items()))
