@@ -6,18 +6,20 @@
 # the initial pool and its evaluation. Everything a rule needs is looked up per run.
 import os
 import re
-
-from snakemake.utils import validate
+import sys
 
 from sparta import config as sparta_config
 from sparta import locks
 from sparta.settings import Untracked, as_data, section_data
 
 
-validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
+# the schema (every problem at once, one line each; numbers read by their meaning, in place)
+sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
 # the world before any job starts; paths are relative to the working directory, as in jobs
 STUDY = sparta_config.load_study(config, ".")
+for note in STUDY.notes:
+    print(f"sparta: note: {note}", file=sys.stderr)
 
 
 # Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,

@@ -16,6 +16,7 @@ Pure: no model, no heavy import.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 import zlib
@@ -417,6 +418,11 @@ class Settings:
         config = dict(config)
         reputation = dict(config.pop("reputation", None) or {})
         preset = reputation.pop("preset", "sparta")
+        hints = typing.get_type_hints(ReputationParams)
+        reputation = {  # whole numbers of integer keys, finite numbers (ints stay as written)
+            k: _convert(hints[k], v, f"reputation.{k}") if k in hints and isinstance(v, float) else v
+            for k, v in reputation.items()
+        }
         try:
             rep = ReputationParams.preset(preset, **reputation)
         except (TypeError, ValueError) as e:
@@ -528,6 +534,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return {k: _convert(inner, v, f"{where}.{k}") for k, v in (value or {}).items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint in (int, float) and isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(f"{where}: {value} is not a finite number; write the value you mean")
+    if hint is int and isinstance(value, float):
+        if not value.is_integer():
+            raise SettingsError(f"{where}: {value} is not a whole number; write an integer")
+        return int(value)
     return value
 
 
