@@ -11,6 +11,7 @@ from snakemake.utils import validate
 
 from sparta import config as sparta_config
 from sparta import locks
+from sparta.methods import trained_iterations
 from sparta.settings import Untracked, as_data, section_data
 
 
@@ -189,6 +190,14 @@ def run_tables(name):
 def last_state(wildcards):
     exp = wildcards.exp
     return f"results/{exp}/iter_{iterations_of(exp)[-1]}/round_{rounds_of(exp)[-1]}/state.parquet"
+
+
+def trained_preferences(wildcards):
+    """The preference tables the members of iteration t train on (sparta.methods.trained_iterations:
+    the iteration's own; SPIN's last baselines.spin_history ones)."""
+    s = run_of(wildcards)
+    ts = trained_iterations(s.method, int(wildcards.t), s.baselines.spin_history)
+    return [f"results/{wildcards.exp}/iter_{t}/preferences.parquet" for t in ts]
 
 
 def iteration_preferences(wildcards):

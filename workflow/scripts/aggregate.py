@@ -23,7 +23,8 @@ if method == "sparta":
 else:  # a baseline: no duels between members, no reputations; every member its own pairs
     state.iteration, state.round = t, int(sm.wildcards.r)
     history = frame([], "history")
-    prefs = baseline_pairs(method, duels, responses, judgments, job.baselines.length_control)
+    b = job.baselines
+    prefs = baseline_pairs(method, duels, responses, judgments, b.length_control, b.min_margin)
     counts = {"prompts": len(duels), "pairs": len(prefs), **prefs.groupby("trainee").size().to_dict()}
 tables.write(history, sm.output.history, "history")
 tables.write(prefs, sm.output.preferences, "preferences")

@@ -24,7 +24,7 @@ from sparta.judging import (
 )
 from sparta.logs import setup
 from sparta.members import MemberSpec
-from sparta.methods import win_rates
+from sparta.methods import mean_judgment, win_rates
 from sparta.settings import derive_seed, job_settings
 
 sm = snakemake  # noqa: F821
@@ -111,16 +111,20 @@ elif method in ("self_rewarding", "meta_rewarding"):
             asked += [
                 (spec, d.duel_id, k, JudgeItem(d.prompt, text[(d.duel_id, spec.name, k)])) for k in samples
             ]
-    judged = run(
-        asked,
+    # generate mode: each answer judged judge_samples times (the paper's 3), scores averaged
+    n = job.baselines.judge_samples if cfg.mode == "generate" and not reference else 1
+    each = [a for a in asked for _ in range(n)]
+    judged_each = run(
+        each,
         lambda served, group: judge_answers(
             served,
-            [asked[i][3] for i in group],
+            [each[i][3] for i in group],
             cfg,
             system,
-            [seed(asked[i][0].name, *asked[i][1:3]) for i in group],
+            [seed(each[i][0].name, *each[i][1:3], *([i % n] if i % n else [])) for i in group],
         ),
     )
+    judged = [mean_judgment(judged_each[i : i + n]) for i in range(0, len(each), n)]
     for (spec, duel, k, _), j in zip(asked, judged):
         add(spec.name, duel, spec.name, k, j)
     if method == "meta_rewarding":

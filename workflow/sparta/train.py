@@ -159,11 +159,17 @@ def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
     return prefs[prefs["trainee"].isna() | (prefs["trainee"] == member)].reset_index(drop=True)
 
 
+def sppo_loss(logratio_w, logratio_l, p_w, p_l, eta: float):
+    """SPPO's loss (Wu et al. 2024, eq. 4.7; uclaml/SPPO's trainer) per pair, on tensors:
+    (log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2,
+    eta = 1/beta of their trainer (their runs: beta 1e-3). With P_w = 1, P_l = 0 it is
+    TRL's sppo_hard with beta = 1/eta."""
+    return (logratio_w - eta * (p_w - 0.5)) ** 2 + (logratio_l - eta * (p_l - 0.5)) ** 2
+
+
 def sppo_trainer():
-    """TRL's DPOTrainer with SPPO's loss (Wu et al. 2024, eq. 4.7) on estimated win
-    probabilities: (log pi/pi_ref(y_w) - (P_w - 1/2) / beta)^2 + (log pi/pi_ref(y_l) -
-    (P_l - 1/2) / beta)^2. With P_w = 1, P_l = 0 it is TRL's sppo_hard. Built on first use:
-    TRL is imported only by training jobs."""
+    """TRL's DPOTrainer with :func:`sppo_loss` on estimated win probabilities, eta = 1 /
+    the trainer's beta. Built on first use: TRL is imported only by training jobs."""
     from trl import DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
@@ -201,7 +207,7 @@ def sppo_trainer():
                 ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
             lr_c, lr_r = chosen - ref_c, rejected - ref_r
             p_w, p_l = inputs["win_prob_chosen"].to(lr_c.dtype), inputs["win_prob_rejected"].to(lr_c.dtype)
-            loss = ((lr_c - (p_w - 0.5) / self.beta) ** 2 + (lr_r - (p_l - 0.5) / self.beta) ** 2).mean()
+            loss = sppo_loss(lr_c, lr_r, p_w, p_l, 1 / self.beta).mean()
             metrics = self._metrics["train" if self.model.training else "eval"]
             rc, rr = self.beta * lr_c.detach(), self.beta * lr_r.detach()
             for name, value in (
@@ -317,6 +323,7 @@ def dpo_members(
     runtime: Runtime,
     tracking: Tracking = Tracking(),
     loss: str = "dpo",
+    sppo_eta: float = 1000.0,
 ) -> list[dict]:
     """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
     another on one base load; each adapter is saved under ``<output folder>/adapter``.
@@ -324,7 +331,8 @@ def dpo_members(
     The reference policy is the member as it enters the iteration: TRL copies its adapter to
     a frozen "ref" adapter, and the reference log-probabilities are computed once per pair
     before training. With no pairs a member is saved unchanged (a member without an adapter
-    gets a fresh LoRA, which is the base itself). Returns one summary per member (pairs,
+    gets a fresh LoRA, which is the base itself). ``loss`` sppo or sppo_hard trains with beta =
+    1 / ``sppo_eta`` instead of DPO's beta. Returns one summary per member (pairs,
     steps, final loss, the trainer's log history)."""
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
@@ -352,7 +360,7 @@ def dpo_members(
         model = trainable.attach(spec, seed)
         args = DPOConfig(
             **common_trainer_args(trainable.device, trainable.dtype, seed, out_dir),
-            beta=params.beta,
+            beta=1 / sppo_eta if loss in ("sppo", "sppo_hard") else params.beta,
             loss_type=["sppo_hard" if loss == "sppo_hard" else params.loss_type],
             learning_rate=params.learning_rate,
             lr_scheduler_type=params.lr_scheduler,
