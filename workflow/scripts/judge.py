@@ -12,6 +12,7 @@ import pandas as pd
 from sparta import tables
 from sparta.jobs import as_list, by_base, served_members
 from sparta.judging import (
+    RUBRICS,
     JudgeItem,
     Judgment,
     defences,
@@ -113,6 +114,7 @@ elif method in ("self_rewarding", "meta_rewarding"):
             ]
     # generate mode: each answer judged judge_samples times (the paper's 3), scores averaged
     n = job.baselines.judge_samples if cfg.mode == "generate" and not reference else 1
+    rubric = RUBRICS[job.baselines.judge_prompt]  # the paper's additive prompt, or Sparta's
     each = [a for a in asked for _ in range(n)]
     judged_each = run(
         each,
@@ -122,6 +124,7 @@ elif method in ("self_rewarding", "meta_rewarding"):
             cfg,
             system,
             [seed(each[i][0].name, *each[i][1:3], *([i % n] if i % n else [])) for i in group],
+            rubric,
         ),
     )
     judged = [mean_judgment(judged_each[i : i + n]) for i in range(0, len(each), n)]
@@ -159,6 +162,7 @@ elif method in ("self_rewarding", "meta_rewarding"):
                 sampled,
                 system,
                 [seed(again[i][0].name, again[i][1], again[i][2], "meta", i % n) for i in group],
+                rubric,
             ),
         )
         firsts = list(range(0, len(again), n))
@@ -170,6 +174,7 @@ elif method in ("self_rewarding", "meta_rewarding"):
                 sampled,
                 system,
                 "",
+                rubric,
             )[0]
             for i in firsts
         ]

@@ -223,6 +223,10 @@ class BaselineSettings:
     min_margin: float = 0.5
     """Self- and meta-rewarding: an actor pair needs chosen score - rejected score of at least
     this (on the judge's 1-10 scale), so near-equal expected scores make no pair; ties never do."""
+    judge_prompt: str = "additive"
+    """Self- and meta-rewarding's judge prompt: additive (the paper's LLM-as-a-judge prompt:
+    five criteria, a point each, a short justification, "Score: N"; 0-5 points stored as
+    1 + 9 points / 5) or sparta (the 1-10 JSON prompt the Sparta judges use)."""
     judge_samples: int = 3
     """Self- and meta-rewarding in generate mode: the member judges each answer this many times
     (paper: 3) and its score is the mean of the usable ones; expected mode reads one expected
