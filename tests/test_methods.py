@@ -2,6 +2,7 @@
 computed by hand, and how a study is laid out."""
 
 import json
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -315,3 +316,78 @@ def test_baselines_need_what_they_use(tiny_base):
         )
     cfg = tiny_config(tiny_base, method="spin", prompts={"reference_column": "solution"})
     assert sparta_config.load(cfg, REPO).method == "spin"
+
+
+def _judge_run(duels, responses, cfg, baselines=None, backend=None, specs=None):
+    from sparta.members import MemberSpec
+    from sparta.methods import JudgeRun
+    from sparta.settings import BaselineSettings
+
+    specs = specs or [MemberSpec("ann", "unused-base")]
+    return JudgeRun(
+        specs,
+        duels,
+        responses,
+        cfg,
+        "sys",
+        baselines or BaselineSettings(),
+        backend,
+        lambda *p: zlib.crc32(repr(p).encode()),
+    )
+
+
+def test_self_rewarding_and_sppo_judge_with_the_reference_judge():
+    """Answers "4", "5", "The answer is 4." to "What is 2 + 2?" (answer 4), no model: the
+    member's self-judgments are 10, 1, 10; SPPO's annotator gives P(0 beats 1) = 1,
+    P(0 beats 2) = 1/2, P(1 beats 2) = 0, so win rates (1 + 1/2 + 1/2) / 3 = 2/3,
+    (0 + 0 + 1/2) / 3 = 1/6, (1/2 + 1 + 1/2) / 3 = 2/3; the rows belong to the member."""
+    from sparta.methods import get
+    from sparta.settings import JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "5", "The answer is 4."])
+    cfg = JudgeSettings(kind="reference")
+    run = _judge_run(duels, resp, cfg)
+    get("self_rewarding").judge(run)
+    table = run.table(get("self_rewarding"))
+    assert list(table["score"]) == [10.0, 1.0, 10.0] and set(table["judge"]) == {"ann"}
+    assert set(table["format"]) == {"reference"}
+    run = _judge_run(duels, resp, cfg)
+    sppo = get("sppo")
+    sppo.judge(run)
+    table = run.table(sppo)
+    assert set(table["judge"]) == {"annotator"} and set(table[sppo.judgment_owner]) == {"ann"}
+    rates = [(s - 1) / 9 for s in table.sort_values("sample")["score"]]
+    assert rates == pytest.approx([2 / 3, 1 / 6, 2 / 3])
+    prefs = get("sppo").pairs(duels, resp, table, None)
+    assert (prefs.iloc[0].chosen, prefs.iloc[0].rejected) == ("4", "5")
+
+
+def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
+    """The whole judging of meta-rewarding on a tiny model, without Snakemake: one score per
+    answer (additive prompt, expected mode), then for the best answer two sampled judgments
+    compared by the meta-judge: one "meta" row holding the judge's instruction, the two
+    judgments and P(first better) in [0, 1]."""
+    from sparta.backends import open_backend
+    from sparta.members import MemberSpec
+    from sparta.methods import get
+    from sparta.settings import BackendSettings, BaselineSettings, JudgeSettings, Runtime
+
+    spec = MemberSpec("ann", str(tiny_base))
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "It is 5."])
+    cfg = JudgeSettings(mode="expected", max_length=2048, batch_size=4, max_new_tokens=6)
+    backend = open_backend(BackendSettings(), Runtime(device="cpu", dtype="float32"), [spec])
+    run = _judge_run(duels, resp, cfg, BaselineSettings(), backend, [spec])
+    method = get("meta_rewarding")
+    method.judge(run)
+    table = run.table(method)
+    scores = table[table["kind"] == "score"]
+    assert list(scores["sample"]) == [0, 1] and scores["score"].between(1, 10).all()
+    meta = table[table["kind"] == "meta"]
+    assert len(meta) == 1
+    raw = json.loads(meta.iloc[0].raw)
+    assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 2
+    assert raw["p_first"] is None or 0 <= raw["p_first"] <= 1

@@ -7,6 +7,7 @@ from sparta import tables
 from sparta.jobs import as_list
 from sparta.logs import setup
 from sparta.members import RESULTS, MemberSpec
+from sparta.methods import get
 from sparta.settings import derive_seed, job_settings
 from sparta.train import Tracking, dpo_members, training_log
 
@@ -26,7 +27,7 @@ summaries = dpo_members(
     job.lora,
     job.runtime,
     Tracking(**sm.params.tracking.value),
-    loss=job.baselines.sppo_loss if sm.params.method == "sppo" else "dpo",
+    loss=get(sm.params.method).loss(job.baselines),
     sppo_eta=job.baselines.sppo_eta,
 )
 for spec, out, metrics, summary in zip(specs, outs, as_list(sm.output.training_log), summaries):
