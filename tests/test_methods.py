@@ -391,3 +391,19 @@ def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
     raw = json.loads(meta.iloc[0].raw)
     assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 2
     assert raw["p_first"] is None or 0 <= raw["p_first"] <= 1
+
+
+def test_pairs_whose_prompt_fills_the_dpo_budget_are_left_out(tiny):
+    """TRL drops a pair whose prompt alone fills dpo.max_length (and stops when a member has
+    none left): such pairs, e.g. meta-rewarding's judge pairs under a long judge instruction,
+    are left out before the trainer, the others kept in order."""
+    from sparta.chat import chat_ids
+    from sparta.train import fitting_pairs
+
+    _, tok = tiny
+    prefs = pd.DataFrame({"prompt": ["short?", "long " * 300, "also short?"], "chosen": ["a"] * 3})
+    budget = len(chat_ids(tok, "also short?", "sys")) + 5
+    assert len(chat_ids(tok, prefs["prompt"][1], "sys")) >= budget
+    kept = fitting_pairs(prefs, tok, "sys", budget)
+    assert list(kept["prompt"]) == ["short?", "also short?"]
+    assert len(fitting_pairs(prefs, tok, "sys", 10_000)) == 3

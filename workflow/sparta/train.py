@@ -152,6 +152,19 @@ def preference_dataset(prefs: pd.DataFrame, system: str | None, win_probs: bool 
     return Dataset.from_dict(rows)
 
 
+def fitting_pairs(prefs: pd.DataFrame, tok, system: str | None, max_length: int) -> pd.DataFrame:
+    """The pairs whose prompt (chat template, generation prompt included) is shorter than
+    ``max_length`` tokens: TRL drops the others (their answers would be cut away entirely), and
+    a member left with none would stop the trainer. Long prompts are meta-rewarding's judge
+    pairs, whose prompt is the whole judge instruction."""
+    from .chat import chat_ids
+
+    if len(prefs) == 0:
+        return prefs
+    fits = [len(chat_ids(tok, p, system)) < max_length for p in prefs["prompt"]]
+    return prefs[fits].reset_index(drop=True)
+
+
 def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
     """The pairs a member trains on: every pair (Sparta: no trainee) or its own (a baseline)."""
     if "trainee" not in prefs:
@@ -339,12 +352,26 @@ def dpo_members(
 
     trainable = TrainableMembers(lora, runtime)
     summaries = []
-    tok = None
+    tok, tok_base = None, None
     everyone = prefs
     for spec, out_dir, seed in members:
         prefs = pairs_of(everyone, spec.name)
         out_dir = Path(out_dir)
         adapter_dir = out_dir / "adapter"
+        if len(prefs) and tok_base != spec.base:
+            tok, tok_base = load_tokenizer(spec.base), spec.base
+            tok.padding_side = "right"
+        if len(prefs):
+            fitting = fitting_pairs(prefs, tok, runtime.system_prompt, params.max_length)
+            if len(fitting) < len(prefs):
+                log.warning(
+                    "member %s: %d of %d pairs left out: their prompt alone fills dpo.max_length %d",
+                    spec.name,
+                    len(prefs) - len(fitting),
+                    len(prefs),
+                    params.max_length,
+                )
+            prefs = fitting
         if len(prefs) == 0:
             log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
             if spec.adapter is not None:
@@ -354,9 +381,6 @@ def dpo_members(
                 trainable.detach()
             summaries.append({"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []})
             continue
-        if tok is None or trainable.base != spec.base:
-            tok = load_tokenizer(spec.base)
-            tok.padding_side = "right"
         model = trainable.attach(spec, seed)
         args = DPOConfig(
             **common_trainer_args(trainable.device, trainable.dtype, seed, out_dir),
