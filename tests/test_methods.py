@@ -407,3 +407,13 @@ def test_pairs_whose_prompt_fills_the_dpo_budget_are_left_out(tiny):
     kept = fitting_pairs(prefs, tok, "sys", budget)
     assert list(kept["prompt"]) == ["short?", "also short?"]
     assert len(fitting_pairs(prefs, tok, "sys", 10_000)) == 3
+
+
+def test_label_accuracy_of_no_pairs_is_an_empty_table():
+    """A baseline whose actor pairs all fall under baselines.min_margin has no pairs to label
+    (the tiny study's meta-rewarding): an empty label_accuracy table, not an error."""
+    from sparta import analysis
+
+    out = analysis.collective_label_accuracy(tables.empty("preferences"), duel_rows(), "number")
+    assert len(out) == 0
+    tables.to_arrow(out, "label_accuracy")
