@@ -6,18 +6,21 @@
 # the initial pool and its evaluation. Everything a rule needs is looked up per run.
 import os
 import re
-
-from snakemake.utils import validate
+import sys
 
 from sparta import config as sparta_config
 from sparta import locks
+from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
 
 
-validate(config, schema="../workflow/schemas/config.schema.yaml", set_default=False)
+# the schema (every problem at once, one line each; numbers read by their meaning, in place)
+sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
 # the world before any job starts; paths are relative to the working directory, as in jobs
 STUDY = sparta_config.load_study(config, ".")
+for note in STUDY.notes:
+    print(f"sparta: note: {note}", file=sys.stderr)
 
 
 # Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,
@@ -80,7 +83,7 @@ def iterations_of(exp):
 def rounds_of(exp):
     """Rounds per iteration: the matchmaking setting for Sparta; one for a baseline."""
     s = RUNS[exp]
-    return list(range(s.matchmaking.rounds_per_iteration if s.method == "sparta" else 1))
+    return list(range(get_method(s.method).rounds(s)))
 
 
 def settings(*sections):
@@ -98,7 +101,7 @@ def baselines(wildcards):
     """Param: the baselines' settings for a baseline run; None (the defaults, unused) for
     Sparta, so editing them reruns nothing of a Sparta run."""
     s = run_of(wildcards)
-    return None if s.method == "sparta" else section_data(s, "baselines")["baselines"]
+    return section_data(s, "baselines")["baselines"] if get_method(s.method).baseline else None
 
 
 def tracking(wildcards):
@@ -189,6 +192,14 @@ def run_tables(name):
 def last_state(wildcards):
     exp = wildcards.exp
     return f"results/{exp}/iter_{iterations_of(exp)[-1]}/round_{rounds_of(exp)[-1]}/state.parquet"
+
+
+def trained_preferences(wildcards):
+    """The preference tables the members of iteration t train on (Method.trained_iterations:
+    the iteration's own; SPIN's last baselines.spin_history ones)."""
+    s = run_of(wildcards)
+    ts = get_method(s.method).trained_iterations(int(wildcards.t), s.baselines)
+    return [f"results/{wildcards.exp}/iter_{t}/preferences.parquet" for t in ts]
 
 
 def iteration_preferences(wildcards):

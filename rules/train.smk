@@ -33,10 +33,11 @@ rule sft_member:
 
 
 rule dpo:
-    """Member t -> member t+1: DPO on all pairs of iteration t, continuing its own adapter
-    against a frozen copy of it as the reference."""
+    """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
+    before it, baselines.spin_history), continuing its own adapter against a frozen copy of
+    it as the reference."""
     input:
-        preferences="results/{exp}/iter_{t}/preferences.parquet",
+        preferences=trained_preferences,
         members=served_member_jsons("member", fanout=DPO_FANOUT),
     output:
         member=fanout_output("results/{exp}/iter_{t}/members/{member}/member.json", fanout=DPO_FANOUT),

@@ -132,3 +132,52 @@ def test_generate_batched_matches_one_by_one_and_is_seeded(tiny):
     assert generate(model, tok, prompts, sampled, [7, 8, 9]) == generate(
         model, tok, prompts, sampled, [7, 8, 9]
     )
+
+
+@pytest.mark.parametrize(
+    "text, score",
+    [
+        ("Relevant, but it misses half of the question.\nScore: 2", 1 + 9 * 2 / 5),
+        ("It earns 3 points (score: 3)... on reflection, Score: 4", 1 + 9 * 4 / 5),  # the last one
+        ("Score: 0", 1.0),
+        ("**Score:** 5", 10.0),
+    ],
+)
+def test_additive_rubric_reads_the_last_score_on_the_1_to_10_scale(text, score):
+    """The paper's 0-5 points stored as 1 + 9 points / 5: 0 -> 1, 2 -> 4.6, 4 -> 8.2, 5 -> 10."""
+    from sparta.judging import ADDITIVE_RUBRIC
+
+    assert ADDITIVE_RUBRIC.parse(text) == (pytest.approx(score), None)
+
+
+@pytest.mark.parametrize("text", ["", "I award 4 points.", "Score: 6", "Score: 10"])
+def test_additive_rubric_failures(text):
+    from sparta.judging import ADDITIVE_RUBRIC
+
+    score, error = ADDITIVE_RUBRIC.parse(text)
+    assert score is None and error
+
+
+def test_additive_rubric_expected_mode_equals_brute_force(tiny):
+    """Expected mode with the additive prompt: the answer starts "Score: ", the candidates
+    are 0..5, and the score is the expectation of 1 + 9 points / 5 under their probabilities,
+    as scoring each candidate sequence alone gives it."""
+    from sparta.judging import ADDITIVE_RUBRIC, judge_answers
+
+    model, tok = tiny
+    item = JudgeItem("What is 3 + 4?", "7")
+    cfg = replace(EXPECTED, max_length=2048)  # the prompt is ~800 tokens on the tiny tokenizer
+    (j,) = judge_answers(HFMember(model, tok), [item], cfg, "sys", rubric=ADDITIVE_RUBRIC)
+    user, _, _ = judge_ids(tok, item.prompt, [item.response], cfg, "sys", "Score: ", ADDITIVE_RUBRIC)
+    assert "additive 5-point" in user and '"Score: <total points>"' in user and "What is 3 + 4?" in user
+    prompt, conts = candidate_ids([chat_ids(tok, user, "sys", f"Score: {p}") for p in range(6)])
+    logps = []
+    for c in conts:
+        ids = torch.tensor([prompt + c])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(ids).logits[0].float(), -1)
+        logps.append(sum(lp[k - 1, ids[0, k]].item() for k in range(len(prompt), ids.shape[1])))
+    w = [math.exp(x - max(logps)) for x in logps]
+    expected = sum((1 + 9 * p / 5) * x / sum(w) for p, x in enumerate(w))
+    assert j.score == pytest.approx(expected, abs=1e-4) and j.error is None
+    assert len(json.loads(j.raw)["probs"]) == 6

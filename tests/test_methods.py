@@ -2,6 +2,7 @@
 computed by hand, and how a study is laid out."""
 
 import json
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -120,10 +121,15 @@ def test_spin_prefers_the_reference_to_the_member_s_answer():
 
 
 def test_win_rates_and_sppo_pairs():
-    """P(0 beats 1) = 0.8, P(0 beats 2) = 0.6, P(1 beats 2) = 0.3:
-    w0 = (0.8 + 0.6) / 2 = 0.7, w1 = (0.2 + 0.3) / 2 = 0.25, w2 = (0.4 + 0.7) / 2 = 0.55."""
+    """P(0 beats 1) = 0.8, P(0 beats 2) = 0.6, P(1 beats 2) = 0.3; SPPO's official estimate
+    averages over all K = 3 answers, each answer against itself at 1/2:
+    w0 = (0.8 + 0.6 + 0.5) / 3 = 0.6333, w1 = (0.2 + 0.3 + 0.5) / 3 = 0.3333,
+    w2 = (0.4 + 0.7 + 0.5) / 3 = 0.5333 (the mean over the other two, 0.7 / 0.25 / 0.55, was
+    K / (K - 1) = 1.5 times as far from 1/2)."""
     w = win_rates({(0, 1): 0.8, (0, 2): 0.6, (1, 2): 0.3}, [0, 1, 2])
-    assert w == pytest.approx({0: 0.7, 1: 0.25, 2: 0.55})
+    assert w == pytest.approx({0: 1.9 / 3, 1: 1 / 3, 2: 1.6 / 3})
+    assert sum(w.values()) == pytest.approx(1.5)  # K/2: each pair's probabilities sum to 1
+    assert win_rates({}, [0]) == {0: 0.5}
     duels = duel_rows()
     d = duels["duel_id"][0]
     prefs = baseline_pairs(
@@ -131,7 +137,112 @@ def test_win_rates_and_sppo_pairs():
     )
     p = prefs.iloc[0]
     assert (p.chosen, p.rejected) == ("x", "y")
-    assert ((p.chosen_score - 1) / 9, (p.rejected_score - 1) / 9) == pytest.approx((0.7, 0.25))
+    assert ((p.chosen_score - 1) / 9, (p.rejected_score - 1) / 9) == pytest.approx((1.9 / 3, 1 / 3))
+
+
+def test_sppo_loss_of_the_three_answer_example():
+    """The 3-answer example above (P_w = 1.9/3, P_l = 1/3) with eta = 1000 (the official
+    runs' beta = 1e-3): targets eta (P - 1/2) = +133.33 and -166.67; with log-ratios 100 and
+    -150: (100 - 133.33)^2 + (-150 + 166.67)^2 = 1111.11 + 277.78 = 1388.89. With P = 1 / 0
+    it is TRL's sppo_hard, (a - 1/(2 beta))^2 + (b + 1/(2 beta))^2."""
+    import torch
+
+    from sparta.train import sppo_loss
+
+    t = torch.tensor
+    loss = sppo_loss(t([100.0]), t([-150.0]), t([1.9 / 3]), t([1 / 3]), 1000.0)
+    assert loss.item() == pytest.approx((100 - 400 / 3) ** 2 + (-150 + 500 / 3) ** 2, rel=1e-5)
+    assert loss.item() == pytest.approx(1388.889, rel=1e-5)
+    a, b, beta = t([0.3]), t([-0.2]), 0.1
+    hard = (a - 1 / (2 * beta)) ** 2 + (b + 1 / (2 * beta)) ** 2
+    assert sppo_loss(a, b, t([1.0]), t([0.0]), 1 / beta).item() == pytest.approx(hard.item())
+
+
+def test_sppo_samples_five_answers_unless_told():
+    from sparta.methods import samples_per_prompt
+    from sparta.settings import BaselineSettings
+
+    default = BaselineSettings().samples
+    assert samples_per_prompt("sppo", default) == 5 and samples_per_prompt("self_rewarding", default) == 4
+    assert samples_per_prompt("sppo", 2) == 2 and samples_per_prompt("spin", 7) == 1
+    assert BaselineSettings().sppo_eta == 1000.0
+
+
+def test_spin_trains_on_the_current_and_the_previous_iteration():
+    """Iteration 1: "ref a" over "mine 1"; iteration 2: "ref a" over "mine 2". With history 2
+    the member trains at the end of iteration 2 on both pairs (SPIN's recipe), with history 1
+    on iteration 2's alone; iteration 1 has no previous one."""
+    from sparta.methods import trained_iterations
+    from sparta.train import pairs_of
+
+    assert trained_iterations("spin", 1, 2) == [1] and trained_iterations("spin", 2, 2) == [1, 2]
+    assert trained_iterations("spin", 5, 2) == [4, 5] and trained_iterations("spin", 5, 1) == [5]
+    assert trained_iterations("sppo", 5, 2) == [5] and trained_iterations("sparta", 3, 2) == [3]
+    by_iteration = {}
+    for t, own in ((1, "mine 1"), (2, "mine 2")):
+        duels = duel_rows(reference=("ref a",)).assign(iteration=t)
+        by_iteration[t] = baseline_pairs(
+            "spin", duels, answers(duels["duel_id"][0], "ann", [own]), tables.empty("judgments")
+        )
+    for history, expected in ((2, [(1, "mine 1"), (2, "mine 2")]), (1, [(2, "mine 2")])):
+        frames = [by_iteration[t] for t in trained_iterations("spin", 2, history)]
+        trained = pairs_of(pd.concat(frames, ignore_index=True), "ann")
+        assert list(zip(trained["iteration"], trained["rejected"])) == expected
+        assert set(trained["chosen"]) == {"ref a"}
+
+
+def test_self_rewarding_needs_a_margin():
+    """Expected scores 7.2, 7.0, 6.9: the best and worst differ by 0.3 < 0.5, no pair; 7.6 vs
+    6.9 (0.7) makes one; min_margin 0 keeps the near tie."""
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    near = baseline_pairs(
+        "self_rewarding",
+        duels,
+        answers(d, "ann", ["a", "b", "c"]),
+        scores(d, "ann", [7.2, 7.0, 6.9]),
+        None,
+        0.5,
+    )
+    assert len(near) == 0
+    kept = baseline_pairs(
+        "self_rewarding",
+        duels,
+        answers(d, "ann", ["a", "b", "c"]),
+        scores(d, "ann", [7.2, 7.0, 6.9]),
+        None,
+        0,
+    )
+    assert list(kept["margin"]) == pytest.approx([0.3])
+    apart = baseline_pairs(
+        "meta_rewarding",
+        duels,
+        answers(d, "ann", ["a", "b", "c"]),
+        scores(d, "ann", [7.6, 7.0, 6.9]),
+        None,
+        0.5,
+    )
+    assert (apart.iloc[0].chosen, apart.iloc[0].rejected) == ("a", "c")
+    assert apart.iloc[0].margin == pytest.approx(0.7)
+
+
+def test_self_rewarding_averages_its_judge_samples():
+    """Three sampled judgments 8, unparsable, 5: the score is (8 + 5) / 2 = 6.5, tokens add
+    up; none usable: no score, the errors kept; one sample is itself."""
+    from sparta.judging import Judgment
+    from sparta.methods import mean_judgment
+
+    samples = [
+        Judgment(8.0, "Score: 8", None, False, False, 10),
+        Judgment(None, "hmm", "no score", True, False, 11),
+        Judgment(5.0, "Score: 5", None, False, False, 12),
+    ]
+    j = mean_judgment(samples)
+    assert j.score == pytest.approx(6.5) and j.error is None and j.tokens == 33 and j.truncated
+    assert json.loads(j.raw) == {"samples": ["Score: 8", "hmm", "Score: 5"], "scores": [8.0, None, 5.0]}
+    none = mean_judgment([samples[1], samples[1]])
+    assert none.score is None and "no score" in none.error
+    assert mean_judgment(samples[:1]) is samples[0]
 
 
 def test_paired_bootstrap_by_hand():
@@ -205,3 +316,104 @@ def test_baselines_need_what_they_use(tiny_base):
         )
     cfg = tiny_config(tiny_base, method="spin", prompts={"reference_column": "solution"})
     assert sparta_config.load(cfg, REPO).method == "spin"
+
+
+def _judge_run(duels, responses, cfg, baselines=None, backend=None, specs=None):
+    from sparta.members import MemberSpec
+    from sparta.methods import JudgeRun
+    from sparta.settings import BaselineSettings
+
+    specs = specs or [MemberSpec("ann", "unused-base")]
+    return JudgeRun(
+        specs,
+        duels,
+        responses,
+        cfg,
+        "sys",
+        baselines or BaselineSettings(),
+        backend,
+        lambda *p: zlib.crc32(repr(p).encode()),
+    )
+
+
+def test_self_rewarding_and_sppo_judge_with_the_reference_judge():
+    """Answers "4", "5", "The answer is 4." to "What is 2 + 2?" (answer 4), no model: the
+    member's self-judgments are 10, 1, 10; SPPO's annotator gives P(0 beats 1) = 1,
+    P(0 beats 2) = 1/2, P(1 beats 2) = 0, so win rates (1 + 1/2 + 1/2) / 3 = 2/3,
+    (0 + 0 + 1/2) / 3 = 1/6, (1/2 + 1 + 1/2) / 3 = 2/3; the rows belong to the member."""
+    from sparta.methods import get
+    from sparta.settings import JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "5", "The answer is 4."])
+    cfg = JudgeSettings(kind="reference")
+    run = _judge_run(duels, resp, cfg)
+    get("self_rewarding").judge(run)
+    table = run.table(get("self_rewarding"))
+    assert list(table["score"]) == [10.0, 1.0, 10.0] and set(table["judge"]) == {"ann"}
+    assert set(table["format"]) == {"reference"}
+    run = _judge_run(duels, resp, cfg)
+    sppo = get("sppo")
+    sppo.judge(run)
+    table = run.table(sppo)
+    assert set(table["judge"]) == {"annotator"} and set(table[sppo.judgment_owner]) == {"ann"}
+    rates = [(s - 1) / 9 for s in table.sort_values("sample")["score"]]
+    assert rates == pytest.approx([2 / 3, 1 / 6, 2 / 3])
+    prefs = get("sppo").pairs(duels, resp, table, None)
+    assert (prefs.iloc[0].chosen, prefs.iloc[0].rejected) == ("4", "5")
+
+
+def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
+    """The whole judging of meta-rewarding on a tiny model, without Snakemake: one score per
+    answer (additive prompt, expected mode), then for the best answer two sampled judgments
+    compared by the meta-judge: one "meta" row holding the judge's instruction, the two
+    judgments and P(first better) in [0, 1]."""
+    from sparta.backends import open_backend
+    from sparta.members import MemberSpec
+    from sparta.methods import get
+    from sparta.settings import BackendSettings, BaselineSettings, JudgeSettings, Runtime
+
+    spec = MemberSpec("ann", str(tiny_base))
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "It is 5."])
+    cfg = JudgeSettings(mode="expected", max_length=2048, batch_size=4, max_new_tokens=6)
+    backend = open_backend(BackendSettings(), Runtime(device="cpu", dtype="float32"), [spec])
+    run = _judge_run(duels, resp, cfg, BaselineSettings(), backend, [spec])
+    method = get("meta_rewarding")
+    method.judge(run)
+    table = run.table(method)
+    scores = table[table["kind"] == "score"]
+    assert list(scores["sample"]) == [0, 1] and scores["score"].between(1, 10).all()
+    meta = table[table["kind"] == "meta"]
+    assert len(meta) == 1
+    raw = json.loads(meta.iloc[0].raw)
+    assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 2
+    assert raw["p_first"] is None or 0 <= raw["p_first"] <= 1
+
+
+def test_pairs_whose_prompt_fills_the_dpo_budget_are_left_out(tiny):
+    """TRL drops a pair whose prompt alone fills dpo.max_length (and stops when a member has
+    none left): such pairs, e.g. meta-rewarding's judge pairs under a long judge instruction,
+    are left out before the trainer, the others kept in order."""
+    from sparta.chat import chat_ids
+    from sparta.train import fitting_pairs
+
+    _, tok = tiny
+    prefs = pd.DataFrame({"prompt": ["short?", "long " * 300, "also short?"], "chosen": ["a"] * 3})
+    budget = len(chat_ids(tok, "also short?", "sys")) + 5
+    assert len(chat_ids(tok, prefs["prompt"][1], "sys")) >= budget
+    kept = fitting_pairs(prefs, tok, "sys", budget)
+    assert list(kept["prompt"]) == ["short?", "also short?"]
+    assert len(fitting_pairs(prefs, tok, "sys", 10_000)) == 3
+
+
+def test_label_accuracy_of_no_pairs_is_an_empty_table():
+    """A baseline whose actor pairs all fall under baselines.min_margin has no pairs to label
+    (the tiny study's meta-rewarding): an empty label_accuracy table, not an error."""
+    from sparta import analysis
+
+    out = analysis.collective_label_accuracy(tables.empty("preferences"), duel_rows(), "number")
+    assert len(out) == 0
+    tables.to_arrow(out, "label_accuracy")

@@ -22,7 +22,9 @@ def study_config(base, methods=METHODS, seeds=(3,)) -> dict:
         "tiny-study",
         iterations=1,
         prompts={"per_iteration": 3, "reference_column": "solution"},
-        judge={"max_new_tokens": 6},
+        # the additive self-rewarding prompt (the default) is ~800 tokens on the tiny model's
+        # near character-level tokenizer (~300 on a real one): a budget that fits it
+        judge={"max_new_tokens": 6, "max_length": 1024},  # the tiny base's context
         baselines={"samples": 2},
         evaluation={"checkpoints": "final", "select_from": "final"},
     )

@@ -4,6 +4,7 @@ import pandas as pd
 
 from sparta import analysis, tables
 from sparta.logs import setup
+from sparta.methods import get
 from sparta.settings import job_settings
 
 sm = snakemake  # noqa: F821
@@ -31,7 +32,7 @@ if cfg.answer and duels["answer"].notna().any():
     actor = prefs[prefs["kind"] == "actor"]
     label = analysis.collective_label_accuracy(actor, duels, cfg.answer)
     judge_acc = tables.empty("label_accuracy")  # judges of other members' answers: Sparta's
-    if sm.params.method == "sparta":
+    if get(sm.params.method).judges_label_accuracy:
         judge_acc = analysis.judges_label_accuracy(judgments, duels, responses, cfg.answer)
 else:
     log.info("no ground truth for the alignment prompts: label accuracy skipped")

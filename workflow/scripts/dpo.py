@@ -7,6 +7,7 @@ from sparta import tables
 from sparta.jobs import as_list
 from sparta.logs import setup
 from sparta.members import RESULTS, MemberSpec
+from sparta.methods import get
 from sparta.settings import derive_seed, job_settings
 from sparta.train import Tracking, dpo_members, training_log
 
@@ -16,7 +17,8 @@ job = job_settings(sm)
 t = int(sm.wildcards.t)
 specs = [MemberSpec.read(p) for p in as_list(sm.input.members)]
 outs = [Path(p) for p in as_list(sm.output.member)]
-prefs = tables.read(sm.input.preferences, "preferences")
+# the pairs of the iterations the method trains on (SPIN: the last spin_history ones)
+prefs = tables.read_many(as_list(sm.input.preferences), "preferences")
 seeds = [derive_seed(job.runtime.seed, t, spec.name, "dpo") for spec in specs]
 summaries = dpo_members(
     [(spec, out.parent, seed) for spec, out, seed in zip(specs, outs, seeds)],
@@ -25,12 +27,17 @@ summaries = dpo_members(
     job.lora,
     job.runtime,
     Tracking(**sm.params.tracking.value),
-    loss=job.baselines.sppo_loss if sm.params.method == "sppo" else "dpo",
+    loss=get(sm.params.method).loss(job.baselines),
+    sppo_eta=job.baselines.sppo_eta,
 )
 for spec, out, metrics, summary in zip(specs, outs, as_list(sm.output.training_log), summaries):
     history = summary.pop("log_history")
     tables.write(training_log(history, spec.name, t, "dpo", summary["pairs"]), metrics, "training_log")
     log.info(
-        "DPO of %s on %d of the iteration's %d pairs: %s", spec.name, summary["pairs"], len(prefs), summary
+        "DPO of %s on %d of the %d pairs it may train on: %s",
+        spec.name,
+        summary["pairs"],
+        len(prefs),
+        summary,
     )
     MemberSpec(spec.name, spec.base, summary["adapter"]).write(out, root=RESULTS)

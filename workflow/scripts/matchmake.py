@@ -3,8 +3,8 @@ every member against itself on every prompt of the iteration (a baseline)."""
 
 from sparta import tables
 from sparta.logs import setup
-from sparta.matchmaking import match_round, plan_iteration
-from sparta.methods import self_duels
+from sparta.matchmaking import plan_iteration
+from sparta.methods import get
 from sparta.reputation import PoolState
 from sparta.settings import job_settings
 
@@ -16,14 +16,9 @@ t, r = int(sm.wildcards.t), int(sm.wildcards.r)
 state = PoolState.from_frame(tables.read(sm.input.state, "state"))
 prompts = tables.read(sm.input.prompts, "prompts")
 members, n = sm.params.members, sm.params.per_iteration
-sparta = sm.params.method == "sparta"
-rounds = mm.rounds_per_iteration if sparta else 1
-plan = plan_iteration(prompts, members, n, rounds, seed, t, sm.params.schedule)
-duels = (
-    match_round(plan, members, state.reputations(), mm, seed, r)
-    if sparta
-    else self_duels(plan, members, t, r)
-)
+method = get(sm.params.method)  # Sparta's match-making, or every member against itself
+plan = plan_iteration(prompts, members, n, method.rounds(job), seed, t, sm.params.schedule)
+duels = method.duels(plan, members, state.reputations(), mm, seed, t, r)
 tables.write(duels, sm.output.duels, "duels")
 pairs = duels.groupby(["model_a", "model_b"]).size().to_dict()
 log.info("iteration %d round %d (%s): %d duels; pairs %s", t, r, sm.params.method, len(duels), pairs)

@@ -2,9 +2,8 @@
 
 from pathlib import Path
 
-import pandas as pd
-
 from sparta import tables
+from sparta.data import read_table_file
 from sparta.logs import setup
 from sparta.members import RESULTS, MemberSpec, base_reference
 from sparta.settings import job_settings
@@ -15,7 +14,7 @@ log = setup(sm.log[0], sm.threads)
 job = job_settings(sm)
 name, base = sm.params.member["name"], sm.params.base
 out = Path(sm.output.member).parent
-data = pd.read_json(sm.input.sft, lines=True).head(job.sft.examples)
+data = read_table_file(sm.input.sft, "SFT data file", "sft.data_dir").head(job.sft.examples)
 summary = sft_member(
     name, base, data, out, job.sft, job.lora, job.runtime, Tracking(**sm.params.tracking.value)
 )

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import pearsonr
 
-from . import metrics
+from . import metrics, tables
 from .judging import suspicious
 
 
@@ -148,7 +148,10 @@ def collective_label_accuracy(prefs: pd.DataFrame, duels: pd.DataFrame, kind: st
         parts.append(
             metrics.summarize_label_accuracy(mine, ["iteration", "judge"]).assign(scope="iteration x trainee")
         )
-    return pd.concat([p for p in parts if len(p)], ignore_index=True)
+    parts = [p for p in parts if len(p)]
+    if not parts:  # no pairs (e.g. every actor pair under baselines.min_margin)
+        return tables.empty("label_accuracy")
+    return pd.concat(parts, ignore_index=True)
 
 
 def judges_label_accuracy(

@@ -207,15 +207,12 @@ def cmd_show(args) -> dict:
     }
 
 
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-
-
 def cmd_config(args) -> dict:
     """Every setting of a config with the defaults filled in (config.yaml, then each
-    --configfile merged over it, as snakemake does)."""
-    import jsonschema
+    --configfile merged over it, as snakemake does); of a study config, every run's."""
     import yaml
 
+    from .config import ConfigError, validate
     from .settings import Settings, SettingsError
 
     config: dict = {}
@@ -224,11 +221,14 @@ def cmd_config(args) -> dict:
             raise CLIError(f"no such config file: {path}")
         config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
     try:
-        jsonschema.validate(config, yaml.safe_load(SCHEMA.read_text()))
+        validate(config)
+        if "study" in config:  # every run of the study: <study>/<experiment>-seed<s>
+            from .study import expand
+
+            return {exp: s.to_dict() for exp, s in expand(config).experiments.items()}
         return Settings.from_config(config).to_dict()
-    except jsonschema.ValidationError as e:
-        where = ".".join(map(str, e.absolute_path)) or "config"
-        raise CLIError(f"{where}: {e.message}") from None
+    except ConfigError as e:
+        raise CLIError(str(e)) from None
     except SettingsError as e:
         raise CLIError(str(e)) from None
 
@@ -333,7 +333,13 @@ def main(argv=None) -> int:
     d.add_argument("--run", help="results/<experiment> (default: the only one under ./results)")
     c = sub.add_parser("config", help="every setting of a config, defaults filled in (YAML)")
     c.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
-    c.add_argument("--configfile", action="append", default=[], help="merged over the base, in order")
+    c.add_argument(
+        "--configfile",
+        nargs="+",
+        action="extend",
+        default=[],
+        help="merged over the base, in order (several files, as snakemake's --configfile)",
+    )
     e = sub.add_parser("export", help="a member as a PEFT adapter folder or a merged model folder")
     e.add_argument("run", help="results/<experiment>")
     e.add_argument("out", help="a new folder")

@@ -8,13 +8,18 @@ message names the config key or file to fix.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 import importlib.util
 import json
+import math
+import re
 from pathlib import Path
 
-from .data import PromptFileError, read_prompt_file, read_table_file, split_sizes
+from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .settings import Settings, SettingsError, TaskSpec
-from .study import Study, expand
+from .study import STUDY_WIDE, Study, expand, run_configs, study_problems
 
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -41,7 +46,113 @@ def gguf_path(package: str, filename: str) -> Path:
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-STUDY_WIDE = ("fanout", "dpo_fanout", "backend", "vllm", "resources", "device")
+
+
+# a number written as text: PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says
+NUMBER_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+MESSAGE_CHARS = 200  # a schema message quotes the value: a long one is cut
+
+
+@functools.cache
+def _schema() -> dict:
+    """The config schema, read once (never changed by its users)."""
+    import yaml
+
+    return yaml.safe_load(SCHEMA.read_text())
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(_schema())
+
+
+def _types(node: dict) -> set[str]:
+    kind = node.get("type", ())
+    return {kind} if isinstance(kind, str) else set(kind)
+
+
+def _read_numbers(value, node: dict, root: dict, where: str, problems: list[str]):
+    """``value`` with every number read by its meaning, where the schema ``node`` says a
+    number: text such as ``"1e-6"`` becomes the number, an integral float of an integer key
+    the integer; a NaN or an infinity anywhere is a problem (no setting means it)."""
+    if "$ref" in node:
+        node = {**root["$defs"][node["$ref"].rsplit("/", 1)[-1]], **node}
+    types = _types(node)
+    if isinstance(value, dict):
+        props = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        out = {}
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else {})
+            if where == "study.experiments":
+                sub = root  # an overlay is a config of its own
+            out[key] = _read_numbers(item, sub, root, f"{where}.{key}" if where else str(key), problems)
+        return out
+    if isinstance(value, list):
+        sub = node.get("items", {})
+        return [_read_numbers(v, sub, root, f"{where}[{i}]", problems) for i, v in enumerate(value)]
+    numeric = types & {"number", "integer"}
+    if isinstance(value, str) and numeric and NUMBER_TEXT.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            problems.append(f"{where}: {value} is not a finite number; write the value you mean")
+        elif "integer" in types and "number" not in types and value.is_integer():
+            return int(value)
+    return value
+
+
+def _dotted(path) -> str:
+    """A config key as the messages write it: ``members[2].name``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+def _schema_problem(error) -> list[str]:
+    """One line per problem of a jsonschema error: where, then what (a value cut short)."""
+    where = _dotted(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(error.schema.get("properties", {}))
+        lines = []
+        for key in error.instance:
+            if key in known:
+                continue
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; known keys: {', '.join(known)}"
+            lines.append(f"{where + '.' if where else ''}{key}: unknown key{hint}")
+        return lines
+    if error.validator == "required":
+        return [f"{where or 'config'}: {error.message}"]
+    message = error.message
+    if len(message) > MESSAGE_CHARS:
+        message = message[: MESSAGE_CHARS - 3] + "..."
+    if error.validator == "type" and isinstance(error.instance, str):
+        kind = error.validator_value
+        if "number" in kind and error.instance.strip().lower() in ("nan", "inf", "-inf", ".nan", ".inf"):
+            message += "; write a finite number"
+    return [f"{where or 'config'}: {message}"]
+
+
+def validate(config: dict) -> dict:
+    """The config checked against the schema, in place: numbers read by their meaning (see
+    :func:`_read_numbers`), then every problem of the schema at once, one line each (never
+    the schema or the whole config). Returns the config; raises ConfigError."""
+    schema = _schema()
+    problems: list[str] = []
+    read = _read_numbers(config, schema, schema, "", problems)
+    config.clear()
+    config.update(read)
+    told = {problem.split(": ", 1)[0] for problem in problems}  # a value not finite: said once
+    for error in sorted(_validator().iter_errors(config), key=lambda e: list(map(str, e.path))):
+        if _dotted(error.absolute_path) not in told:
+            problems += _schema_problem(error)
+    if problems:
+        raise ConfigError("config problems:\n  - " + "\n  - ".join(dict.fromkeys(problems)))
+    return config
 
 
 def load(config: dict, root: str | Path = ".") -> Settings:
@@ -54,50 +165,83 @@ def load(config: dict, root: str | Path = ".") -> Settings:
     return settings
 
 
-def load_study(config: dict, root: str | Path = ".") -> Study:
-    """Every run of a config (one experiment, or a study's) after every check: each
-    experiment's merged config against the schema and the world, and what a study shares."""
-    import jsonschema
-    import yaml
+def _lines(error: ConfigError) -> list[str]:
+    """The problems of a ConfigError, one per line, without the heading or bullets."""
+    lines = str(error).splitlines()
+    body = lines[1:] if lines and lines[0] == "config problems:" else lines
+    return [line.removeprefix("  - ") for line in body]
 
+
+def _raise_grouped(problems: dict[str, list[str]], runs: list[str]) -> None:
+    """One line per problem, with the runs it affects (all of them: "every run")."""
+    if not problems:
+        return
+    lines = []
+    for message, where in problems.items():
+        where = list(dict.fromkeys(where))
+        if not where or len(runs) < 2:
+            lines.append(message)
+        elif set(where) >= set(runs):
+            lines.append(f"{message} (every run)")
+        else:
+            lines.append(f"{message} (runs: {', '.join(where)})")
+    raise ConfigError("config problems:\n  - " + "\n  - ".join(lines))
+
+
+def load_study(config: dict, root: str | Path = ".") -> Study:
+    """Every run of a config (one experiment, or a study's) after every check: the study
+    section, each run's merged config against the schema and the world, and what a study
+    shares. Each problem is told once, with the runs it affects."""
+    import copy
+
+    problems: dict[str, list[str]] = {}
+    for problem in study_problems(config):
+        problems[problem] = []
+    _raise_grouped(problems, [])
+    if "study" in config:
+        configs = run_configs(config)
+        runs = [f"{name}-seed{seed}" for name, seed in configs]
+        for (name, seed), merged in configs.items():
+            try:
+                validate(copy.deepcopy(merged))
+            except ConfigError as e:
+                for line in _lines(e):
+                    problems.setdefault(line, []).append(f"{name}-seed{seed}")
+        _raise_grouped(problems, runs)
     try:
         study = expand(config)
     except SettingsError as e:
         raise ConfigError(f"config problems:\n  - {e}") from e
-    problems: list[str] = []
-    if study.is_study:
-        schema = yaml.safe_load(SCHEMA.read_text())
-        for exp, merged in study.configs.items():
-            for error in jsonschema.Draft202012Validator(schema).iter_errors(merged):
-                where = ".".join(map(str, error.absolute_path)) or "config"
-                problems.append(f"{exp}: {where}: {error.message}")
+    label = {exp: exp.split("/", 1)[-1] for exp in study.experiments}
+    notes: list[str] = []
     for exp, settings in study.experiments.items():
         try:
-            check(settings, root)
+            check(settings, root, notes)
         except ConfigError as e:
-            prefix = f"{exp}: " if study.is_study else ""
-            problems += [prefix + line.removeprefix("  - ") for line in str(e).splitlines()[1:]]
+            for line in _lines(e):
+                problems.setdefault(line, []).append(label[exp])
     first = next(iter(study.experiments.values()))
     for exp, settings in study.experiments.items():
         for key in STUDY_WIDE:
             if getattr(settings, key) != getattr(first, key):
-                problems.append(
-                    f"{exp}: {key} differs from the other experiments; it is one setting of the whole study"
-                )
+                problems.setdefault(
+                    f"{key} differs between experiments; it is one setting of the whole study", []
+                ).append(label[exp])
         pooled = "pool" in (settings.fanout, settings.dpo_fanout)
         if pooled and settings.member_names != first.member_names:
-            problems.append(
-                f"{exp}: fanout pool needs the same members in every experiment (pool sizes: fanout member)"
-            )
-    if problems:
-        raise ConfigError("config problems:\n  - " + "\n  - ".join(dict.fromkeys(problems)))
-    return study
+            problems.setdefault(
+                "fanout pool needs the same members in every experiment (pool sizes: fanout member)", []
+            ).append(label[exp])
+    _raise_grouped(problems, list(label.values()))
+    return dataclasses.replace(study, notes=tuple(dict.fromkeys(notes)))
 
 
-def check(settings: Settings, root: str | Path = ".") -> None:
-    """Raise ConfigError naming every problem found (all at once)."""
+def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = None) -> None:
+    """Raise ConfigError naming every problem found (all at once); what a run should know but
+    can run with (prompts written twice) is added to ``notes``."""
     root = Path(root)
     problems: list[str] = []
+    notes = [] if notes is None else notes
     members = settings.members
     if len(members) < 3:
         problems.append(
@@ -107,7 +251,10 @@ def check(settings: Settings, root: str | Path = ".") -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         problems.append(f"members: names must be unique; repeated: {dupes}")
+    used = {m.base for m in members}  # a base no member names (config.yaml's, merged) is never loaded
     for name, spec in settings.base_models.items():
+        if name not in used:
+            continue
         gguf = spec.gguf_package is not None or spec.gguf_file is not None
         if spec.path is not None and gguf:
             problems.append(f"base_models.{name}: give either path or gguf_package + gguf_file")
@@ -135,8 +282,9 @@ def check(settings: Settings, root: str | Path = ".") -> None:
         if m.adapter:
             problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter"))
         if m.sft_domain:
-            problems.extend(_check_sft_data(root / settings.sft.data_dir / f"{m.sft_domain}.jsonl", where))
-    problems.extend(_check_prompts(settings, root))
+            path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
+            problems.extend(_check_sft_data(path, where, settings.sft.examples))
+    problems.extend(_check_prompts(settings, root, notes))
     if settings.evaluation.enabled:
         for task in settings.evaluation.tasks:
             problems.extend(_check_task(task, settings, root))
@@ -147,6 +295,8 @@ def check(settings: Settings, root: str | Path = ".") -> None:
                 problems.extend(_check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter"))
     problems.extend(_check_backend(settings))
     problems.extend(_check_method(settings, root))
+    problems.extend(_check_reputation(settings))
+    problems.extend(_check_context(settings, root))
     ev = settings.evaluation
     if ev.enabled and ev.select_from == "all" and ev.checkpoints != "all":
         problems.append(
@@ -155,6 +305,79 @@ def check(settings: Settings, root: str | Path = ".") -> None:
         )
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_reputation(settings: Settings) -> list[str]:
+    """Reputation settings under which no reputation can ever move, though updates are on."""
+    r = settings.reputation
+    if not r.updates or settings.method != "sparta":
+        return []
+    fix = "set reputation.updates: false for the ablation without updates"
+    if max(r.kappa_start, r.kappa_min) == 0:
+        return [f"reputation.kappa_start and kappa_min are 0: no reputation can ever change; {fix}"]
+    if r.eps == 0:
+        return [
+            "reputation.eps is 0: every member starts at the same reputation, so the first update "
+            f"(and every one after it) is 0 and no reputation ever changes; use eps > 0 or {fix}"
+        ]
+    largest = 9 * max(r.kappa_start, r.kappa_min) / r.scale  # a 1-10 score gap, surprise 1, tanh < 1
+    if largest < 1e-9 * max(r.initial_reputation, r.floor):
+        return [
+            f"reputation.scale ({r.scale:g}) makes the largest update {largest:.3g}, too small to change "
+            f"a reputation of {r.initial_reputation:g}: lower it (authors 20, paper 1) or {fix}"
+        ]
+    return []
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def context_length(folder: Path) -> int | None:
+    """The context length a model folder's config.json states (None where it states none)."""
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (data, data.get("text_config") or {}) if isinstance(data, dict) else ():
+        for key in CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _check_context(settings: Settings, root: Path) -> list[str]:
+    """Token budgets that do not fit the context of a base model the run uses (read from its
+    config.json, before any job): generation must leave room for a prompt."""
+    bases = {settings.base_folder(m.base) for m in settings.members}
+    found = [(n, folder) for folder in sorted(bases) if (n := context_length(root / folder)) is not None]
+    if not found:
+        return []
+    context, folder = min(found)
+    where = f"the context of base model {folder} ({context} tokens, config.json)"
+    budgets = [
+        ("generation.max_new_tokens", settings.generation.max_new_tokens, "<"),
+        ("dpo.max_length", settings.dpo.max_length, "<="),
+        ("judge.max_length", settings.judge.max_length, "<="),
+    ]
+    if settings.judge.mode == "generate":
+        budgets.append(("judge.max_new_tokens", settings.judge.max_new_tokens, "<"))
+    if any(m.sft_domain for m in settings.members):
+        budgets.append(("sft.max_length", settings.sft.max_length, "<="))
+    if settings.evaluation.enabled:
+        for task in settings.evaluation.tasks:
+            budgets.append((f"evaluation.tasks ({task.name}).max_new_tokens", task.max_new_tokens, "<"))
+    if settings.backend == "vllm" and settings.vllm.max_model_len is not None:
+        budgets.append(("vllm.max_model_len", settings.vllm.max_model_len, "<="))
+    problems = []
+    for key, value, fits in budgets:
+        if fits == "<" and value >= context:
+            problems.append(
+                f"{key} ({value}) leaves no room for a prompt in {where}: lower it below {context}"
+            )
+        elif fits == "<=" and value > context:
+            problems.append(f"{key} ({value}) is longer than {where}: lower it to {context} or less")
+    return problems
 
 
 def _check_method(settings: Settings, root: Path) -> list[str]:
@@ -215,7 +438,7 @@ def _check_adapter_folder(folder: Path, key: str) -> list[str]:
     return []
 
 
-def _check_sft_data(path: Path, where: str) -> list[str]:
+def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:
     if not path.is_file():
         return [f"{where}.sft_domain: no SFT data file {path}"]
     try:
@@ -226,23 +449,58 @@ def _check_sft_data(path: Path, where: str) -> list[str]:
         return [f"{where}.sft_domain: {path} needs rows with prompt and response columns"]
     if data[["prompt", "response"]].isna().any().any():
         return [f"{where}.sft_domain: {path} has empty (null) prompts or responses"]
+    if len(data) < examples:
+        return [
+            f"{where}.sft_domain: {path} has {len(data)} examples but sft.examples is {examples}: "
+            f"lower sft.examples to {len(data)} or add examples"
+        ]
     return []
 
 
-def _check_prompts(settings: Settings, root: Path) -> list[str]:
-    p = settings.prompts
+_PROMPT_FILES: dict[tuple, object] = {}
+
+
+def _read_prompts(path: Path, *columns):
+    """read_prompt_file once per file version and columns (a study checks every run's): the
+    table, or the PromptFileError it raised."""
     try:
-        prompts = read_prompt_file(
-            root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, columns)
+    except OSError:
+        key = None
+    if key is None or key not in _PROMPT_FILES:
+        try:
+            found = read_prompt_file(path, *columns)
+        except PromptFileError as e:
+            found = e
+        if key is None:
+            return found
+        _PROMPT_FILES[key] = found
+    return _PROMPT_FILES[key]
+
+
+def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str]:
+    p = settings.prompts
+    prompts = _read_prompts(root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column)
+    if isinstance(prompts, PromptFileError):
+        return [str(prompts)]
+    repeated = duplicate_prompts(prompts)
+    if repeated:
+        text, times = next(iter(repeated.items()))
+        example = text if len(text) <= 60 else text[:57] + "..."
+        notes.append(
+            f"prompt file {root / p.file}: {len(repeated)} prompt(s) written more than once "
+            f"(such as {example!r}, {times} times); each stays in one split with its copies"
         )
-    except PromptFileError as e:
-        return [str(e)]
-    n_align, n_val, n_test = split_sizes(len(prompts), p.validation, p.test)
+    distinct = len(prompts) - sum(repeated.values()) + len(repeated)
+    n_align, n_val, n_test = split_sizes(distinct, p.validation, p.test)
     if n_align < 1:
         return [
             f"prompts.validation + prompts.test ({p.validation} + {p.test}) leave none of the "
-            f"{len(prompts)} prompts for alignment: lower them"
+            f"{distinct} prompts for alignment: lower them"
         ]
+    if repeated:  # the rows of the alignment split, copies included
+        n_align = len(split(prompts, p.validation, p.test, settings.seed)["alignment"])
     if p.per_iteration > n_align:
         return [
             f"prompts.per_iteration ({p.per_iteration}) is larger than the alignment split ({n_align} "

@@ -8,10 +8,12 @@ The embedded default needs no download: ``python -m sparta.data`` writes
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 DOMAINS = ("addition", "subtraction", "multiplication", "word_problems")
@@ -23,24 +25,115 @@ class PromptFileError(ValueError):
     """A prompt file that cannot be used; the message names the file and what to fix."""
 
 
+def _json_records(text: str, path: Path, what: str, lines: bool) -> list[tuple[str, dict]]:
+    """(where, record) of each row of a JSON or JSON Lines text; a line that is not valid JSON,
+    or a row that is not an object, names its line."""
+    if not lines:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PromptFileError(f"{what} {path}: not valid JSON at line {e.lineno}: {e.msg}") from None
+        rows = data if isinstance(data, list) else []
+        return [(f"row {i}", r) for i, r in enumerate(rows, start=1) if isinstance(r, dict)]
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PromptFileError(
+                f"{what} {path}: line {number} is not valid JSON ({e.msg}, column {e.colno}): "
+                "fix or remove that line (one JSON object per line)"
+            ) from None
+        if not isinstance(record, dict):
+            raise PromptFileError(
+                f"{what} {path}: line {number} is not a JSON object ({type(record).__name__}); "
+                'write one object per line, such as {"prompt": "..."}'
+            )
+        records.append((f"line {number}", record))
+    return records
+
+
 def read_table_file(path: str | Path, what: str = "prompt file", key: str = "prompts.file") -> pd.DataFrame:
-    """A jsonl, json, csv or parquet file as a DataFrame, with errors that name the file."""
+    """A jsonl, json, csv or parquet file as a DataFrame, with errors that name the file (and
+    the line, for a JSON line that cannot be read); a UTF-8 byte order mark is accepted."""
+    return _read_table(path, what, key)[0]
+
+
+def _read_table(path: str | Path, what: str, key: str) -> tuple[pd.DataFrame, list | None]:
+    """The table of :func:`read_table_file`, and for a JSON file its rows as written (before
+    pandas guesses types: "123" stays text) as (where, record) pairs (None for others)."""
     path = Path(path)
     if not path.is_file():
         raise PromptFileError(f"{what} {path} does not exist (config key {key})")
     suffix = path.suffix.lower()
     try:
-        if suffix in (".jsonl", ".ndjson"):
-            return pd.read_json(path, lines=True) if path.stat().st_size else pd.DataFrame()
-        if suffix == ".json":
-            return pd.read_json(path)
+        if suffix in (".jsonl", ".ndjson", ".json"):
+            try:
+                text = path.read_text(encoding="utf-8-sig")
+            except UnicodeDecodeError as e:
+                why = f"{e.reason} at byte {e.start}"
+                raise PromptFileError(f"{what} {path} is not UTF-8 text ({why})") from None
+            lines = suffix != ".json"
+            records = _json_records(text, path, what, lines)
+            if lines:
+                df = pd.read_json(io.StringIO(text), lines=True) if text.strip() else pd.DataFrame()
+            else:
+                df = pd.read_json(io.StringIO(text))
+            return df, records
         if suffix == ".csv":
-            return pd.read_csv(path) if path.stat().st_size else pd.DataFrame()
+            return (pd.read_csv(path, encoding="utf-8-sig") if path.stat().st_size else pd.DataFrame()), None
         if suffix == ".parquet":
-            return pd.read_parquet(path)
-    except ValueError as e:
+            return pd.read_parquet(path), None
+    except (ValueError, UnicodeDecodeError) as e:
+        if isinstance(e, PromptFileError):
+            raise
         raise PromptFileError(f"{what} {path} could not be read: {e}") from e
     raise PromptFileError(f"{what} {path}: use .jsonl, .json, .csv or .parquet")
+
+
+def _kind(value) -> str:
+    """What a value that should be text is instead, for a message."""
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, dict):
+        return "an object"
+    if hasattr(value, "__len__"):
+        chat = "" if not len(value) or not isinstance(value[0], dict) else " (chat messages?)"
+        return f"a list{chat}"
+    return type(value).__name__
+
+
+def _check_text(df: pd.DataFrame, records, column: str, path: Path, suffix: str, key: str) -> None:
+    """Every value of ``column`` is non-empty text, as the file wrote it; else the rows (line
+    or row) and what they hold."""
+    if records is not None and len(records) == len(df):
+        values = [(where, record.get(column)) for where, record in records]
+    else:
+        row = (lambda i: f"row {i} (line {i + 1})") if suffix == ".csv" else (lambda i: f"row {i}")
+        values = [(row(i), v) for i, v in enumerate(df[column].tolist(), start=1)]
+    bad = []
+    for where, value in values:
+        if value is None or (isinstance(value, float) and pd.isna(value)):
+            bad.append(f"{where}: empty (null)")
+        elif isinstance(value, str):
+            if not value.strip():
+                bad.append(f"{where}: only whitespace" if value else f"{where}: empty text")
+        elif suffix == ".csv" and not isinstance(value, (bytes, bytearray)):
+            continue  # a csv cell is text, whatever pandas made of it
+        else:
+            bad.append(f"{where}: {_kind(value)}")
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise PromptFileError(
+            f"prompt file {path}: column {column!r} ({key}) must hold non-empty text in every row; "
+            f"{'; '.join(bad[:5])}{more}"
+        )
 
 
 def read_prompt_file(
@@ -52,7 +145,7 @@ def read_prompt_file(
 ) -> pd.DataFrame:
     """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
     path = Path(path)
-    df = read_table_file(path)
+    df, records = _read_table(path, "prompt file", "prompts.file")
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
     for key, col in (
@@ -65,13 +158,14 @@ def read_prompt_file(
             raise PromptFileError(
                 f"prompt file {path} has no column {col!r} ({key}); columns are {list(df.columns)}"
             )
-    for col in (prompt_column, id_column):
-        if col is not None and df[col].isna().any():
-            rows = [int(i) + 1 for i in df.index[df[col].isna()][:5]]
-            raise PromptFileError(f"prompt file {path}: column {col!r} is empty (null) in row(s) {rows}")
-    prompts = df[prompt_column].astype(str)
-    if (prompts.str.strip() == "").any():
-        raise PromptFileError(f"prompt file {path}: column {prompt_column!r} has empty prompts")
+    _check_text(df, records, prompt_column, path, path.suffix.lower(), "prompts.prompt_column")
+    if id_column is not None and df[id_column].isna().any():
+        rows = [int(i) + 1 for i in df.index[df[id_column].isna()][:5]]
+        raise PromptFileError(f"prompt file {path}: column {id_column!r} is empty (null) in row(s) {rows}")
+    if records is not None and len(records) == len(df):  # the text as written ("123", not 123.0)
+        prompts = pd.Series([record[prompt_column] for _, record in records], index=df.index)
+    else:
+        prompts = df[prompt_column].astype(str)
     ids = df[id_column].astype(str) if id_column else pd.Series([f"q{i:06d}" for i in range(len(df))])
     if ids.duplicated().any():
         raise PromptFileError(f"prompt file {path}: ids in column {id_column!r} repeat")
@@ -91,6 +185,12 @@ def read_prompt_file(
     )
 
 
+def duplicate_prompts(prompts: pd.DataFrame) -> dict[str, int]:
+    """Prompt text -> how many rows hold it, for every prompt written more than once."""
+    counts = prompts["prompt"].value_counts()
+    return {str(p): int(n) for p, n in counts[counts > 1].items()}
+
+
 def split_sizes(n: int, validation: float, test: float) -> tuple[int, int, int]:
     """Prompts in (alignment, validation, test) of n prompts split with these shares."""
     n_val, n_test = int(round(n * validation)), int(round(n * test))
@@ -98,17 +198,29 @@ def split_sizes(n: int, validation: float, test: float) -> tuple[int, int, int]:
 
 
 def split(prompts: pd.DataFrame, validation: float, test: float, seed: int) -> dict[str, pd.DataFrame]:
-    """Shuffle with a fixed seed, then cut into alignment / validation / test."""
-    shuffled = prompts.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    """Shuffle the distinct prompts with a fixed seed, then cut them into alignment /
+    validation / test; every row of a prompt written more than once follows its first row,
+    so no prompt is in two splits. (Without repeats: the rows themselves, shuffled and cut.)"""
+    unique = prompts.drop_duplicates("prompt")
+    shuffled = unique.sample(frac=1.0, random_state=seed).reset_index(drop=True)
     n = len(shuffled)
     _, n_val, n_test = split_sizes(n, validation, test)
     if n - n_val - n_test < 1:
-        raise PromptFileError(f"only {n} prompts: nothing left for alignment after the splits")
-    return {
+        raise PromptFileError(f"only {n} distinct prompts: nothing left for alignment after the splits")
+    parts = {
         "alignment": shuffled.iloc[: n - n_val - n_test].reset_index(drop=True),
         "validation": shuffled.iloc[n - n_val - n_test : n - n_test].reset_index(drop=True),
         "test": shuffled.iloc[n - n_test :].reset_index(drop=True),
     }
+    if len(unique) == len(prompts):
+        return parts
+    out = {}
+    for name, part in parts.items():
+        order = {p: i for i, p in enumerate(part["prompt"])}
+        rows = prompts[prompts["prompt"].isin(order)]
+        rank = rows["prompt"].map(order).to_numpy()
+        out[name] = rows.iloc[np.argsort(rank, kind="stable")].reset_index(drop=True)
+    return out
 
 
 def _problem(domain: str, rng: random.Random, wide: bool = False) -> tuple[str, int, str]:

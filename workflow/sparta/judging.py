@@ -51,6 +51,63 @@ PAIRWISE_PROMPT = (
 ASSISTANT_PREFIX = '{"score": '
 PAIRWISE_PREFIX = '{"better": "'
 SCORES = tuple(range(1, 11))
+ADDITIVE_PROMPT = (
+    "Review the user's question and the response below, and score the response with the "
+    "additive 5-point system described here. Points add up for each criterion the response "
+    "meets:\n"
+    "- Add 1 point if the response is relevant and gives some information related to the "
+    "question, even if it is incomplete or contains some irrelevant content.\n"
+    "- Add a 2nd point if it addresses a substantial part of the question but does not answer "
+    "it completely or directly.\n"
+    "- Add a 3rd point if it answers the basic elements of the question in a useful way, "
+    "whether or not it reads like an AI assistant's answer or a search result.\n"
+    "- Add a 4th point if it is written clearly from an AI assistant's perspective, addresses "
+    "the question directly and comprehensively, and is well organized and helpful, even with "
+    "slight room for more clarity, conciseness or focus.\n"
+    "- Add a 5th point if it is impeccably tailored to the question by an AI assistant, without "
+    "extraneous information, and shows expert knowledge in an engaging, insightful answer.\n\n"
+    "[Question]\n{prompt}\n\n[Response]\n{response}\n[End of response]\n\n"
+    "After examining the question and the response, briefly justify your total score in up to "
+    '100 words, then conclude with the score in the form "Score: <total points>".'
+)
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """How a pointwise judge is asked and read: its prompt ({prompt}, {response}), the forced
+    assistant prefix and the candidate verdicts of expected mode, and its points, mapped onto
+    the 1-10 scale every table uses (1 + 9 (points - lowest) / (highest - lowest))."""
+
+    name: str
+    template: str
+    prefix: str
+    candidate_suffix: str
+    points: tuple[int, ...]
+
+    def scale(self, points: float) -> float:
+        lo, hi = self.points[0], self.points[-1]
+        return 1 + 9 * (points - lo) / (hi - lo)
+
+    def parse(self, text: str) -> tuple[float | None, str | None]:
+        """Score on the 1-10 scale from a generated judgment, or (None, what went wrong)."""
+        if self.name == "sparta":
+            return parse_score(text)
+        found = re.findall(r"\bscore\s*[:=]\s*\**\s*(\d+(?:\.\d+)?)", text, re.I)
+        if not found:
+            return None, 'no "Score: N" in judge output'
+        points = float(found[-1])  # the conclusion: the last one
+        if not self.points[0] <= points <= self.points[-1]:
+            return None, f"score {points:g} is outside {self.points[0]}-{self.points[-1]}"
+        return self.scale(points), None
+
+
+SPARTA_RUBRIC = Rubric("sparta", "", ASSISTANT_PREFIX, "}", SCORES)
+"""Sparta's judge (the authors'): a 1-10 score as a JSON object."""
+ADDITIVE_RUBRIC = Rubric("additive", ADDITIVE_PROMPT, "Score: ", "", (0, 1, 2, 3, 4, 5))
+"""Self-rewarding's LLM-as-a-judge prompt (Yuan et al. 2024, fig. 2): five criteria, a point
+each, a short justification, "Score: N"; in expected mode the justification is skipped (the
+answer starts with "Score: ")."""
+RUBRICS = {r.name: r for r in (SPARTA_RUBRIC, ADDITIVE_RUBRIC)}
 TRUNCATION_MARK = " [...]"
 REMOVED = "[removed]"
 
@@ -170,15 +227,21 @@ def _prepared(response: str, cfg: JudgeSettings) -> tuple[str, bool]:
     return sanitize(response) if cfg.sanitize else (response, False)
 
 
-def _fill(prompt: str, answers: list[str], cfg: JudgeSettings) -> str:
+def _fill(prompt: str, answers: list[str], cfg: JudgeSettings, rubric: Rubric = SPARTA_RUBRIC) -> str:
     shown = [fence(a) if cfg.fence else a for a in answers]
     if len(shown) == 1:
-        return JUDGE_PROMPT.format(prompt=prompt, response=shown[0])
+        return (rubric.template or JUDGE_PROMPT).format(prompt=prompt, response=shown[0])
     return PAIRWISE_PROMPT.format(prompt=prompt, a=shown[0], b=shown[1])
 
 
 def judge_ids(
-    tok, prompt: str, answers: list[str], cfg: JudgeSettings, system: str | None, prefix: str
+    tok,
+    prompt: str,
+    answers: list[str],
+    cfg: JudgeSettings,
+    system: str | None,
+    prefix: str,
+    rubric: Rubric = SPARTA_RUBRIC,
 ) -> tuple[str, list[int], bool]:
     """The judge's user message and prompt ids (chat template + forced prefix) within
     ``cfg.max_length`` tokens, for one answer (pointwise) or two (pairwise); and whether
@@ -188,7 +251,7 @@ def judge_ids(
     the prefix always survive. Raises if even empty answers do not fit."""
 
     def build(parts: list[str]) -> tuple[str, list[int]]:
-        user = _fill(prompt, parts, cfg)
+        user = _fill(prompt, parts, cfg, rubric)
         return user, chat_ids(tok, user, system, prefix, plain=cfg.plain_text)
 
     user, ids = build(answers)
@@ -296,7 +359,12 @@ def expectation(logps: list[float], truncated: bool, scores=SCORES) -> Judgment:
 
 
 def judge_duels(
-    judge, items: list[JudgeItem], cfg: JudgeSettings, system: str | None, seeds=None
+    judge,
+    items: list[JudgeItem],
+    cfg: JudgeSettings,
+    system: str | None,
+    seeds=None,
+    rubric: Rubric = SPARTA_RUBRIC,
 ) -> list[Judgment]:
     """Judge duels: ``items`` holds each duel's two answers in turn (a, b, a, b, ...), and
     ``judge`` serves one request per item (the member judging it). Returns one Judgment per
@@ -304,16 +372,16 @@ def judge_duels(
     (one per item) seed the sampling of mode generate.
 
     Each duel makes two requests: each answer alone (pointwise), or both answers in both
-    orders (pairwise)."""
+    orders (pairwise). ``rubric``: how a pointwise judge is asked and read."""
     if len(items) % 2:
         raise ValueError("items come in pairs: the two answers of each duel")
     pairs = cfg.format == "pairwise"
-    prefix = (PAIRWISE_PREFIX if pairs else ASSISTANT_PREFIX) if cfg.mode == "expected" else ""
+    prefix = (PAIRWISE_PREFIX if pairs else rubric.prefix) if cfg.mode == "expected" else ""
     built, sanitized = [], []
     for a, b in zip(items[0::2], items[1::2]):
         (ya, sa), (yb, sb) = _prepared(a.response, cfg), _prepared(b.response, cfg)
         for shown in ([ya, yb], [yb, ya]) if pairs else ([ya], [yb]):
-            built.append(judge_ids(judge.tok, a.prompt, shown, cfg, system, prefix))
+            built.append(judge_ids(judge.tok, a.prompt, shown, cfg, system, prefix, rubric))
         sanitized += [sa, sb]
     if not built:
         return []
@@ -322,7 +390,9 @@ def judge_duels(
     if pairs:  # both orders read both answers: each answer is charged half
         read = [(read[k - k % 2] + read[k - k % 2 + 1]) // 2 for k in range(len(read))]
     if cfg.mode == "expected":
-        candidates = ('A"}', 'B"}') if pairs else tuple(f"{s}}}" for s in SCORES)
+        candidates = (
+            ('A"}', 'B"}') if pairs else tuple(f"{s}{rubric.candidate_suffix}" for s in rubric.points)
+        )
         prepared = [
             candidate_ids(
                 [chat_ids(judge.tok, user, system, prefix + c, plain=cfg.plain_text) for c in candidates]
@@ -339,7 +409,8 @@ def judge_duels(
     result: list[Judgment] = []
     for k in range(0, len(built), 2):
         if cfg.mode == "expected" and not pairs:
-            pair = (expectation(logps[k], cut[k]), expectation(logps[k + 1], cut[k + 1]))
+            scaled = tuple(rubric.scale(s) for s in rubric.points)
+            pair = (expectation(logps[k], cut[k], scaled), expectation(logps[k + 1], cut[k + 1], scaled))
         elif cfg.mode == "expected":
             pa, probs_ab, _ = _expectation(logps[k], (1.0, 0.0))  # order (a, b): P("A")
             pb, probs_ba, _ = _expectation(logps[k + 1], (0.0, 1.0))  # order (b, a): P("B")
@@ -347,7 +418,7 @@ def judge_duels(
             p_a = None if pa is None or pb is None else (pa + pb) / 2
             pair = _pairwise(p_a, raw, cut[k] or cut[k + 1])
         elif not pairs:
-            pair = tuple(_parsed(outs[j].text, cut[j]) for j in (k, k + 1))
+            pair = tuple(_parsed(outs[j].text, cut[j], rubric) for j in (k, k + 1))
         else:
             votes = []
             for out, a_is in ((outs[k], "A"), (outs[k + 1], "B")):
@@ -361,7 +432,12 @@ def judge_duels(
 
 
 def judge_answers(
-    judge, items: list[JudgeItem], cfg: JudgeSettings, system: str | None, seeds=None
+    judge,
+    items: list[JudgeItem],
+    cfg: JudgeSettings,
+    system: str | None,
+    seeds=None,
+    rubric: Rubric = SPARTA_RUBRIC,
 ) -> list[Judgment]:
     """Score answers each alone (pointwise, any number of them): one Judgment per item."""
     if cfg.format != "pointwise":
@@ -371,7 +447,7 @@ def judge_answers(
     seeds = None if seeds is None else list(seeds) + list(seeds)[-1:] * odd
     if odd and hasattr(judge, "members") and isinstance(judge.members, list):
         judge = type(judge)(judge.backend, judge.members + judge.members[-1:])
-    return judge_duels(judge, padded, cfg, system, seeds)[: len(items)]
+    return judge_duels(judge, padded, cfg, system, seeds, rubric)[: len(items)]
 
 
 META_PROMPT = (
@@ -408,8 +484,8 @@ def meta_judge(judge, users: list[str], pairs: list[tuple[str, str]], cfg: Judge
     return out
 
 
-def _parsed(text: str, truncated: bool) -> Judgment:
-    score, error = parse_score(text)
+def _parsed(text: str, truncated: bool, rubric: Rubric = SPARTA_RUBRIC) -> Judgment:
+    score, error = rubric.parse(text)
     return Judgment(score, text, error, truncated)
 
 

@@ -16,6 +16,7 @@ Pure: no model, no heavy import.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 import zlib
@@ -200,8 +201,9 @@ class SFTSettings:
 class BaselineSettings:
     """The self-alignment baselines (method self_rewarding, meta_rewarding, spin, sppo)."""
 
-    samples: int = 4
-    """Answers a member samples per prompt (SPIN: one), with the combat sampling."""
+    samples: int | None = None
+    """Answers a member samples per prompt, with the combat sampling (None: the method's own
+    default, 5 for SPPO as its official runs, 4 for self- and meta-rewarding; SPIN: one)."""
     meta_judgments: int = 2
     """Meta-rewarding: judgments sampled of a chosen answer for the meta-judge to compare."""
     length_control: float | None = None
@@ -212,6 +214,24 @@ class BaselineSettings:
     pairwise in expected mode."""
     sppo_loss: str = "sppo"
     """sppo: SPPO's squared loss on the estimated win probabilities; sppo_hard: TRL's (P = 1 / 0)."""
+    sppo_eta: float = 1000.0
+    """SPPO's eta of the squared loss, (log pi/pi_ref(y) - eta (P(y) - 1/2))^2; the official runs
+    pass beta = 1e-3, i.e. eta = 1/beta = 1000. Separate from DPO's ``dpo.beta``."""
+    spin_history: int = 2
+    """SPIN: a member trains on the pairs of this many iterations, the current one and those
+    before it (2: from iteration 2 on the current and the previous one, as SPIN's recipe;
+    1: only the current iteration's)."""
+    min_margin: float = 0.5
+    """Self- and meta-rewarding: an actor pair needs chosen score - rejected score of at least
+    this (on the judge's 1-10 scale), so near-equal expected scores make no pair; ties never do."""
+    judge_prompt: str = "additive"
+    """Self- and meta-rewarding's judge prompt: additive (the paper's LLM-as-a-judge prompt:
+    five criteria, a point each, a short justification, "Score: N"; 0-5 points stored as
+    1 + 9 points / 5) or sparta (the 1-10 JSON prompt the Sparta judges use)."""
+    judge_samples: int = 3
+    """Self- and meta-rewarding in generate mode: the member judges each answer this many times
+    (paper: 3) and its score is the mean of the usable ones; expected mode reads one expected
+    score, the reference judge one check."""
 
 
 @dataclass(frozen=True)
@@ -417,6 +437,11 @@ class Settings:
         config = dict(config)
         reputation = dict(config.pop("reputation", None) or {})
         preset = reputation.pop("preset", "sparta")
+        hints = typing.get_type_hints(ReputationParams)
+        reputation = {  # whole numbers of integer keys, finite numbers (ints stay as written)
+            k: _convert(hints[k], v, f"reputation.{k}") if k in hints and isinstance(v, float) else v
+            for k, v in reputation.items()
+        }
         try:
             rep = ReputationParams.preset(preset, **reputation)
         except (TypeError, ValueError) as e:
@@ -528,6 +553,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         return {k: _convert(inner, v, f"{where}.{k}") for k, v in (value or {}).items()}
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint in (int, float) and isinstance(value, float) and not math.isfinite(value):
+        raise SettingsError(f"{where}: {value} is not a finite number; write the value you mean")
+    if hint is int and isinstance(value, float):
+        if not value.is_integer():
+            raise SettingsError(f"{where}: {value} is not a whole number; write an integer")
+        return int(value)
     return value
 
 

@@ -66,6 +66,65 @@ SHARED_PROMPT_KEYS = ("reference_column",)
 SCORED_EVALUATION_KEYS = ("tasks", "judge")
 
 
+# settings of the whole study, never of one experiment (one DAG, one executor, one device)
+STUDY_WIDE = ("fanout", "dpo_fanout", "backend", "vllm", "resources", "device")
+
+
+def study_problems(config: dict) -> list[str]:
+    """What makes a study config's ``study`` section unusable, each naming its key (empty for a
+    config without one): no experiment, a seed listed twice, an overlay that sets what only the
+    study sets (its seeds, its name, a study-wide key)."""
+    if "study" not in config:
+        return []
+    section = config["study"]
+    if not isinstance(section, dict):
+        return []  # the schema says so
+    problems = []
+    overlays = section.get("experiments")
+    if not overlays:
+        problems.append(
+            "study.experiments: list at least one experiment as name: overlay (e.g. sparta: {}); "
+            "without experiments, remove study: for a single run"
+        )
+    seeds = section.get("seeds") or []
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+    if repeated:
+        problems.append(
+            f"study.seeds: {', '.join(map(str, repeated))} listed more than once; each seed is one run "
+            "of every experiment: list each once"
+        )
+    for name, overlay in (overlays or {}).items() if isinstance(overlays, dict) else ():
+        if not isinstance(overlay, dict):
+            continue
+        for key in overlay:
+            if key in ("experiment", "study"):
+                problems.append(f"study.experiments.{name}.{key}: an overlay cannot set experiment or study")
+            elif key == "seed":
+                problems.append(
+                    f"study.experiments.{name}.seed: an overlay cannot set seed; every experiment runs "
+                    "with each of study.seeds: list the seeds there"
+                )
+            elif key in STUDY_WIDE:
+                problems.append(
+                    f"study.experiments.{name}.{key}: {key} is one setting of the whole study; set it in "
+                    "the study's config, not in an overlay"
+                )
+    return problems
+
+
+def run_configs(config: dict) -> dict[tuple[str, int], dict]:
+    """(experiment name, seed) -> the config of that run: the base (without ``study``) with
+    the overlay merged in, and the seed (the schema checks each)."""
+    section = dict(config.get("study") or {})
+    config = {k: v for k, v in config.items() if k != "study"}
+    seeds = section.get("seeds") or [config.get("seed", 42)]
+    return {
+        (name, seed): merge(config, {**(overlay or {}), "seed": seed})
+        for name, overlay in (section.get("experiments") or {}).items()
+        for seed in seeds
+    }
+
+
 @dataclass(frozen=True)
 class Study:
     """The experiments of one config: id -> settings, and for each the id of the run that
@@ -80,6 +139,8 @@ class Study:
     """Each experiment's config: the base with its overlay merged in."""
     labels: dict[str, str] = field(default_factory=dict)
     """Each experiment's name in the study (its overlay key), without the seed."""
+    notes: tuple[str, ...] = ()
+    """What the checks found that a run can go on with, told once at its start."""
 
     @property
     def runs(self) -> dict[str, Settings]:
@@ -164,9 +225,12 @@ def _shared_init(init_id: str, ids: list[str], experiments: dict[str, Settings],
 
 def expand(config: dict) -> Study:
     """The study of a config (a plain experiment config is a study of one)."""
+    problems = study_problems(config)
+    if problems:
+        raise SettingsError("; ".join(problems))
     config = dict(config)
     section = config.pop("study", None)
-    if not section:
+    if section is None:
         s = Settings.from_config(config)
         return Study(
             s.experiment,
@@ -180,14 +244,10 @@ def expand(config: dict) -> Study:
     name = config["experiment"]
     seeds = section.get("seeds") or [config.get("seed", 42)]
     overlays = section.get("experiments") or {}
-    if not overlays:
-        raise SettingsError("study.experiments: list at least one experiment (name: overlay)")
     experiments: dict[str, Settings] = {}
     configs: dict[str, dict] = {}
     labels: dict[str, str] = {}
     for exp_name, overlay in overlays.items():
-        if "experiment" in (overlay or {}) or "study" in (overlay or {}):
-            raise SettingsError(f"study.experiments.{exp_name}: an overlay cannot set experiment or study")
         for seed in seeds:
             merged = merge(
                 config, {**(overlay or {}), "seed": seed, "experiment": f"{name}/{exp_name}-seed{seed}"}

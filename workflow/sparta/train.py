@@ -152,6 +152,19 @@ def preference_dataset(prefs: pd.DataFrame, system: str | None, win_probs: bool 
     return Dataset.from_dict(rows)
 
 
+def fitting_pairs(prefs: pd.DataFrame, tok, system: str | None, max_length: int) -> pd.DataFrame:
+    """The pairs whose prompt (chat template, generation prompt included) is shorter than
+    ``max_length`` tokens: TRL drops the others (their answers would be cut away entirely), and
+    a member left with none would stop the trainer. Long prompts are meta-rewarding's judge
+    pairs, whose prompt is the whole judge instruction."""
+    from .chat import chat_ids
+
+    if len(prefs) == 0:
+        return prefs
+    fits = [len(chat_ids(tok, p, system)) < max_length for p in prefs["prompt"]]
+    return prefs[fits].reset_index(drop=True)
+
+
 def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
     """The pairs a member trains on: every pair (Sparta: no trainee) or its own (a baseline)."""
     if "trainee" not in prefs:
@@ -159,11 +172,17 @@ def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
     return prefs[prefs["trainee"].isna() | (prefs["trainee"] == member)].reset_index(drop=True)
 
 
+def sppo_loss(logratio_w, logratio_l, p_w, p_l, eta: float):
+    """SPPO's loss (Wu et al. 2024, eq. 4.7; uclaml/SPPO's trainer) per pair, on tensors:
+    (log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2,
+    eta = 1/beta of their trainer (their runs: beta 1e-3). With P_w = 1, P_l = 0 it is
+    TRL's sppo_hard with beta = 1/eta."""
+    return (logratio_w - eta * (p_w - 0.5)) ** 2 + (logratio_l - eta * (p_l - 0.5)) ** 2
+
+
 def sppo_trainer():
-    """TRL's DPOTrainer with SPPO's loss (Wu et al. 2024, eq. 4.7) on estimated win
-    probabilities: (log pi/pi_ref(y_w) - (P_w - 1/2) / beta)^2 + (log pi/pi_ref(y_l) -
-    (P_l - 1/2) / beta)^2. With P_w = 1, P_l = 0 it is TRL's sppo_hard. Built on first use:
-    TRL is imported only by training jobs."""
+    """TRL's DPOTrainer with :func:`sppo_loss` on estimated win probabilities, eta = 1 /
+    the trainer's beta. Built on first use: TRL is imported only by training jobs."""
     from trl import DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
@@ -201,7 +220,7 @@ def sppo_trainer():
                 ref_c, ref_r = self.compute_ref_log_probs(self.ref_model or self.model, inputs)
             lr_c, lr_r = chosen - ref_c, rejected - ref_r
             p_w, p_l = inputs["win_prob_chosen"].to(lr_c.dtype), inputs["win_prob_rejected"].to(lr_c.dtype)
-            loss = ((lr_c - (p_w - 0.5) / self.beta) ** 2 + (lr_r - (p_l - 0.5) / self.beta) ** 2).mean()
+            loss = sppo_loss(lr_c, lr_r, p_w, p_l, 1 / self.beta).mean()
             metrics = self._metrics["train" if self.model.training else "eval"]
             rc, rr = self.beta * lr_c.detach(), self.beta * lr_r.detach()
             for name, value in (
@@ -317,6 +336,7 @@ def dpo_members(
     runtime: Runtime,
     tracking: Tracking = Tracking(),
     loss: str = "dpo",
+    sppo_eta: float = 1000.0,
 ) -> list[dict]:
     """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
     another on one base load; each adapter is saved under ``<output folder>/adapter``.
@@ -324,19 +344,34 @@ def dpo_members(
     The reference policy is the member as it enters the iteration: TRL copies its adapter to
     a frozen "ref" adapter, and the reference log-probabilities are computed once per pair
     before training. With no pairs a member is saved unchanged (a member without an adapter
-    gets a fresh LoRA, which is the base itself). Returns one summary per member (pairs,
+    gets a fresh LoRA, which is the base itself). ``loss`` sppo or sppo_hard trains with beta =
+    1 / ``sppo_eta`` instead of DPO's beta. Returns one summary per member (pairs,
     steps, final loss, the trainer's log history)."""
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
 
     trainable = TrainableMembers(lora, runtime)
     summaries = []
-    tok = None
+    tok, tok_base = None, None
     everyone = prefs
     for spec, out_dir, seed in members:
         prefs = pairs_of(everyone, spec.name)
         out_dir = Path(out_dir)
         adapter_dir = out_dir / "adapter"
+        if len(prefs) and tok_base != spec.base:
+            tok, tok_base = load_tokenizer(spec.base), spec.base
+            tok.padding_side = "right"
+        if len(prefs):
+            fitting = fitting_pairs(prefs, tok, runtime.system_prompt, params.max_length)
+            if len(fitting) < len(prefs):
+                log.warning(
+                    "member %s: %d of %d pairs left out: their prompt alone fills dpo.max_length %d",
+                    spec.name,
+                    len(prefs) - len(fitting),
+                    len(prefs),
+                    params.max_length,
+                )
+            prefs = fitting
         if len(prefs) == 0:
             log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
             if spec.adapter is not None:
@@ -346,13 +381,10 @@ def dpo_members(
                 trainable.detach()
             summaries.append({"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []})
             continue
-        if tok is None or trainable.base != spec.base:
-            tok = load_tokenizer(spec.base)
-            tok.padding_side = "right"
         model = trainable.attach(spec, seed)
         args = DPOConfig(
             **common_trainer_args(trainable.device, trainable.dtype, seed, out_dir),
-            beta=params.beta,
+            beta=1 / sppo_eta if loss in ("sppo", "sppo_hard") else params.beta,
             loss_type=["sppo_hard" if loss == "sppo_hard" else params.loss_type],
             learning_rate=params.learning_rate,
             lr_scheduler_type=params.lr_scheduler,

@@ -1,0 +1,190 @@
+"""Prompt and SFT files checked for their meaning before any job: prompts are non-empty text
+(named by file, line or row, and column), a line that is not JSON names its line, a byte
+order mark is fine, a prompt written twice never lands in two splits, and an SFT domain file
+holds the examples sft.examples asks for."""
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+
+from sparta import config as sparta_config
+from sparta.data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split
+
+from .workflow_helpers import REPO, tiny_config
+
+
+def jsonl(path, *rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def read_error(path, column="prompt") -> str:
+    with pytest.raises(PromptFileError) as e:
+        read_prompt_file(path, column)
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ({"prompt": 42}, "line 2: a number (42)"),
+        ({"prompt": 2.5}, "line 2: a number (2.5)"),
+        ({"prompt": True}, "line 2: a boolean (True)"),
+        ({"prompt": [{"role": "user", "content": "hi"}]}, "line 2: a list (chat messages?)"),
+        ({"prompt": ["a", "b"]}, "line 2: a list"),
+        ({"prompt": {"text": "hi"}}, "line 2: an object"),
+        ({"prompt": "   \t"}, "line 2: only whitespace"),
+        ({"prompt": ""}, "line 2: empty text"),
+        ({"prompt": None}, "line 2: empty (null)"),
+        ({"other": "x"}, "line 2: empty (null)"),
+    ],
+)
+def test_prompts_must_be_non_empty_text(tmp_path, bad, what):
+    path = jsonl(tmp_path / "p.jsonl", {"prompt": "What is 2 + 2?"}, bad, {"prompt": "Fine."})
+    text = read_error(path)
+    assert f"prompt file {path}: column 'prompt' (prompts.prompt_column)" in text, text
+    assert what in text and "line 1" not in text and "line 3" not in text, text
+
+
+def test_every_bad_row_is_named_up_to_five(tmp_path):
+    path = jsonl(tmp_path / "p.jsonl", *[{"prompt": i} for i in range(8)])
+    text = read_error(path)
+    assert "line 1: a number (0)" in text and "line 5: a number (4)" in text
+    assert "line 6" not in text and "and 3 more" in text, text
+
+
+def test_text_that_looks_like_a_number_is_a_prompt(tmp_path):
+    path = jsonl(tmp_path / "p.jsonl", {"prompt": "123"}, {"prompt": "1e5"})
+    assert read_prompt_file(path, "prompt")["prompt"].tolist() == ["123", "1e5"]
+
+
+def test_blank_lines_count_for_the_line_number(tmp_path):
+    path = jsonl(tmp_path / "p.jsonl", {"prompt": "a"}, "", {"prompt": 7})
+    assert "line 3: a number (7)" in read_error(path)
+
+
+@pytest.mark.parametrize(
+    "line, what",
+    [
+        ('{"prompt": "unterminated}', "line 2 is not valid JSON"),
+        ("{'prompt': 'single quotes'}", "line 2 is not valid JSON"),
+        ('["a list"]', "line 2 is not a JSON object (list)"),
+        ("42", "line 2 is not a JSON object (int)"),
+    ],
+)
+def test_a_line_that_is_not_json_names_its_line(tmp_path, line, what):
+    path = jsonl(tmp_path / "p.jsonl", {"prompt": "a"}, line, {"prompt": "b"})
+    text = read_error(path)
+    assert f"prompt file {path}: {what}" in text, text
+
+
+def test_a_json_file_that_is_not_json_names_its_line(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('[\n  {"prompt": "a"},\n  {"prompt": "b",}\n]\n')
+    assert "not valid JSON at line 3" in read_error(path)
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    rows = [{"prompt": "What is 1 + 1?", "answer": "2"}, {"prompt": "What is 2 + 2?", "answer": "4"}]
+    body = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "p.jsonl").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    (tmp_path / "p.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode())
+    (tmp_path / "p.csv").write_bytes(b"\xef\xbb\xbfprompt,answer\nWhat is 1 + 1?,2\nWhat is 2 + 2?,4\n")
+    for name in ("p.jsonl", "p.json", "p.csv"):
+        got = read_prompt_file(tmp_path / name, "prompt", "answer")
+        assert got["prompt"].tolist() == ["What is 1 + 1?", "What is 2 + 2?"], name
+        assert got["answer"].tolist() == ["2", "4"], name
+    (tmp_path / "latin.jsonl").write_bytes('{"prompt": "caf\xe9"}\n'.encode("latin-1"))
+    assert "is not UTF-8 text" in read_error(tmp_path / "latin.jsonl")
+
+
+def test_csv_and_parquet_prompts(tmp_path):
+    (tmp_path / "p.csv").write_text('prompt\nhello\n"   "\n')
+    assert "row 2 (line 3): only whitespace" in read_error(tmp_path / "p.csv")
+    (tmp_path / "n.csv").write_text("prompt\n1\n2\n")  # a csv cell is text
+    assert read_prompt_file(tmp_path / "n.csv", "prompt")["prompt"].tolist() == ["1", "2"]
+    pd.DataFrame({"prompt": [b"bytes", b"more"]}).to_parquet(tmp_path / "b.parquet")
+    assert "row 1: bytes" in read_error(tmp_path / "b.parquet")
+    pd.DataFrame({"prompt": [["a"], ["b"]]}).to_parquet(tmp_path / "l.parquet")
+    assert "row 2: a list" in read_error(tmp_path / "l.parquet")
+
+
+def old_split(prompts, validation, test, seed):
+    """The split as it was before prompts written twice were kept together: the rows
+    shuffled and cut."""
+    shuffled = prompts.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    n = len(shuffled)
+    n_val, n_test = int(round(n * validation)), int(round(n * test))
+    cuts = {"alignment": (0, n - n_val - n_test), "validation": (n - n_val - n_test, n - n_test)}
+    cuts["test"] = (n - n_test, n)
+    return {k: shuffled.iloc[a:b].reset_index(drop=True) for k, (a, b) in cuts.items()}
+
+
+@pytest.mark.parametrize("name", ["arithmetic.jsonl", "arithmetic-large.jsonl"])
+def test_the_committed_data_splits_as_before(name):
+    prompts = read_prompt_file(REPO / "data" / name, "prompt", "answer", "prompt_id", "solution")
+    assert duplicate_prompts(prompts) == {}
+    for seed in (1, 2, 42):
+        for shares in ((0.2, 0.2), (0.25, 0.25), (0.1, 0.0)):
+            new, old = split(prompts, *shares, seed), old_split(prompts, *shares, seed)
+            for part in ("alignment", "validation", "test"):
+                pd.testing.assert_frame_equal(new[part], old[part])
+
+
+def test_a_prompt_written_twice_is_in_one_split_only(tmp_path):
+    rows = [{"prompt": f"Question {i % 30}?", "id": f"r{i}"} for i in range(60)]  # each twice
+    rows += [{"prompt": f"Single {i}?", "id": f"s{i}"} for i in range(40)]
+    prompts = read_prompt_file(jsonl(tmp_path / "p.jsonl", *rows), "prompt", id_column="id")
+    assert duplicate_prompts(prompts) == {f"Question {i}?": 2 for i in range(30)}
+    for seed in range(5):
+        parts = split(prompts, 0.2, 0.2, seed)
+        seen = {k: set(df["prompt"]) for k, df in parts.items()}
+        assert not (seen["alignment"] & seen["validation"] or seen["alignment"] & seen["test"])
+        assert not seen["validation"] & seen["test"]
+        assert sum(len(df) for df in parts.values()) == 100  # every row kept, with its copies
+        assert sorted(pd.concat(parts.values())["prompt_id"]) == sorted(prompts["prompt_id"])
+        assert [len(seen[k]) for k in ("alignment", "validation", "test")] == [42, 14, 14]  # of 70
+    assert split(prompts, 0.2, 0.2, 3)["test"].equals(split(prompts, 0.2, 0.2, 3)["test"])
+
+
+def test_the_checks_report_prompts_written_twice(tiny_base, tmp_path):
+    rows = [{"prompt": f"Question {i % 20}?"} for i in range(40)] + [{"prompt": "Last?"}]
+    path = jsonl(tmp_path / "p.jsonl", *rows)
+    prompts = {"file": path, "answer_column": None, "id_column": None, "per_iteration": 6}
+    cfg = tiny_config(tiny_base, prompts=prompts, evaluation={"enabled": False}, analysis={"answer": None})
+    study = sparta_config.load_study(sparta_config.validate(copy.deepcopy(cfg)), REPO)
+    assert study.notes == (
+        f"prompt file {path}: 20 prompt(s) written more than once (such as 'Question 0?', 2 times); "
+        "each stays in one split with its copies",
+    )
+    cfg["prompts"]["per_iteration"] = 30  # 13 of the 21 distinct prompts: at most 26 rows
+    with pytest.raises(sparta_config.ConfigError, match=r"prompts.per_iteration \(30\) is larger"):
+        sparta_config.load_study(copy.deepcopy(cfg), REPO)
+    plain = sparta_config.load_study(copy.deepcopy(tiny_config(tiny_base)), REPO)
+    assert plain.notes == ()
+
+
+def test_a_bad_prompt_file_stops_the_run_naming_it(tiny_base, tmp_path):
+    path = jsonl(tmp_path / "p.jsonl", *[{"prompt": f"Q{i}?"} for i in range(30)], {"prompt": 5})
+    cfg = tiny_config(tiny_base, prompts={"file": path, "answer_column": None, "id_column": None})
+    with pytest.raises(sparta_config.ConfigError, match=r"p\.jsonl: column 'prompt'.*line 31: a number"):
+        sparta_config.load(cfg, REPO)
+
+
+def test_an_sft_file_shorter_than_sft_examples_is_reported(tiny_base, tmp_path):
+    domain = tmp_path / "sft" / "addition.jsonl"
+    domain.parent.mkdir()
+    jsonl(domain, *[{"prompt": f"{i} + 1?", "response": str(i + 1)} for i in range(5)])
+    cfg = tiny_config(tiny_base, sft={"data_dir": str(tmp_path / "sft"), "examples": 8})
+    cfg["members"][1]["sft_domain"] = "addition"
+    with pytest.raises(sparta_config.ConfigError) as e:
+        sparta_config.load(cfg, REPO)
+    text = str(e.value)
+    assert f"members[0] (ann).sft_domain: {domain} has 5 examples but sft.examples is 8" in text
+    assert "lower sft.examples to 5" in text and text.count("has 5 examples") == 2, text
+    cfg["sft"]["examples"] = 5
+    sparta_config.load(cfg, REPO)
+    # the embedded files hold the 256 examples the settings' default asks for
+    assert len(read_table_file(REPO / "data" / "sft" / "addition.jsonl")) == 256

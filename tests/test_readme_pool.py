@@ -1,0 +1,99 @@
+"""The README's "Your own pool" example, copied verbatim (only its folders moved under a
+temporary root, as stand-ins), passes the checks and plans its jobs with `snakemake -n`,
+merged over config.yaml as a run from the repository root merges it."""
+
+import json
+import re
+import shutil
+
+import pytest
+import yaml
+
+from .workflow_helpers import REPO, fake_model_folder, run_snakemake
+
+
+def readme_example() -> str:
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Your own pool and prompts") :]
+    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    example = readme_example()
+    for folder in ("/models/", "/adapters/", "/data/"):  # the example's absolute folders
+        example = example.replace(f" {folder}", f" {tmp_path}{folder}")
+    cfg = yaml.safe_load(example)
+    for spec in cfg["base_models"].values():
+        fake_model_folder(tmp_path / spec["path"])
+    for member in cfg["members"]:
+        if member.get("adapter"):
+            fake_model_folder(tmp_path / member["adapter"], adapter=True)
+        if member["base"] not in cfg["base_models"]:
+            fake_model_folder(tmp_path / member["base"])
+    prompts = tmp_path / cfg["prompts"]["file"]
+    prompts.parent.mkdir(parents=True, exist_ok=True)
+    column = cfg["prompts"]["prompt_column"]
+    prompts.write_text("".join(json.dumps({column: f"Write a haiku about {i}."}) + "\n" for i in range(3000)))
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(REPO / "config.yaml", work / "config.yaml")  # what a run from the repository merges
+    (tmp_path / "my.yaml").write_text(example)
+    return work, tmp_path / "my.yaml", cfg
+
+
+def test_the_readme_pool_example_plans_its_jobs(workspace):
+    work, my, cfg = workspace
+    assert str(work.parent) in my.read_text()  # the stand-ins, not the example's /models
+    proc = run_snakemake(work, my, "-n", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    for member in ("code_alpaca", "lima", "plain"):
+        assert f"results/my-pool/iter_8/members/{member}/member.json" in out, member
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
+    assert int(jobs["dpo"]) == 3 * cfg["iterations"], jobs
+    assert "convert_gguf" not in jobs and "sft_member" not in jobs  # config.yaml's toy pool is gone
+
+
+def test_the_readme_pool_example_settings(workspace, monkeypatch, capsys):
+    from sparta.cli import main
+
+    work, my, cfg = workspace
+    monkeypatch.chdir(work)
+    assert main(["config", "--configfile", str(my), "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)
+    assert settings["dpo"]["learning_rate"] == 1e-6  # written 1e-6: a number, not text
+    assert settings["generation"]["max_new_tokens"] == 512 and settings["iterations"] == 8
+    assert [m["name"] for m in settings["members"]] == ["code_alpaca", "lima", "plain"]
+    assert settings["prompts"]["id_column"] is None and settings["evaluation"]["tasks"] == []
+
+
+def test_a_base_model_no_member_names_is_not_checked(tiny_base):
+    from sparta import config as sparta_config
+
+    from .workflow_helpers import tiny_config
+
+    unused = {"gguf_package": "no_such_package_here", "gguf_file": "x.gguf"}
+    cfg = tiny_config(tiny_base, base_models={"tiny": {"path": str(tiny_base)}, "toy": unused})
+    sparta_config.load(cfg, REPO)  # config.yaml's smollm2, merged under a user's pool: never loaded
+    cfg["members"][2]["base"] = "toy"
+    with pytest.raises(sparta_config.ConfigError, match="no_such_package_here"):
+        sparta_config.load(cfg, REPO)
+
+
+def test_sparta_config_takes_several_files_and_studies(monkeypatch, capsys):
+    from sparta.cli import main
+
+    monkeypatch.chdir(REPO)
+    paper = ["workflow/configs/paper.yaml", "workflow/configs/paper-study.yaml"]
+    assert main(["config", "--base", paper[0], "--configfile", paper[1], "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert len(runs) == 12 * 3 and runs["paper/spin-seed2"]["method"] == "spin"
+    assert runs["paper/spin-seed2"]["seed"] == 2 and len(runs["paper/pool_3-seed1"]["members"]) == 3
+    # two files after one --configfile, merged in order over config.yaml
+    assert main(["config", "--configfile", ".test/config.yaml", "workflow/configs/study-small.yaml"]) == 0
+    runs = yaml.safe_load(capsys.readouterr().out)
+    assert sorted(runs)[0] == "study-small/meta_rewarding-seed1" and len(runs) == 10
+    assert runs["study-small/sparta-seed1"]["iterations"] == 1  # .test's, under the study
+    assert main(["config", "--configfile", ".test/config.yaml", "/no/such.yaml"]) == 2
+    assert "no such config file: /no/such.yaml" in capsys.readouterr().err

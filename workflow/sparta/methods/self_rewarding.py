@@ -1,0 +1,61 @@
+"""Self-rewarding (Yuan et al. 2024, "Self-Rewarding Language Models", arXiv 2401.10020; no
+official code was released: this follows the paper's section 2-3 and figure 2).
+
+Each member samples ``baselines.samples`` answers per prompt (paper: N = 4) and judges each
+itself with the paper's additive 5-point LLM-as-a-judge prompt (``baselines.judge_prompt:
+additive``); in generate mode it judges each answer ``baselines.judge_samples`` times (paper: 3)
+and averages. Chosen = the highest scored answer, rejected = the lowest; pairs with equal
+scores are dropped (paper), and so are pairs less than ``baselines.min_margin`` apart. DPO
+trains the member on its own pairs, against itself as it entered the iteration.
+
+Deliberate differences: every member of the pool aligns alone (the paper aligns one model);
+the paper's expected-mode counterpart does not exist: in expected mode the answer is forced to
+start with "Score: " (no justification) and the expected points are read; the paper's 0-5
+points are stored as 1 + 9 points / 5; the seed data (IFT/EFT SFT) of the paper is not used:
+members start from the shared initial pool.
+"""
+
+from __future__ import annotations
+
+from .base import Method, best_and_worst_pairs, mean_judgment
+
+
+class SelfRewarding(Method):
+    name = "self_rewarding"
+    default_samples = 4
+
+    def judge(self, run) -> tuple[list, list]:
+        """Each member judges its own answers; returns (asked, judgments) for meta-rewarding."""
+        from ..judging import RUBRICS, JudgeItem, judge_answers
+
+        asked = []  # (member, duel id, sample, item): every answer of the member to its prompts
+        for spec in run.specs:
+            for d in run.duels[run.duels["model_a"] == spec.name].itertuples(index=False):
+                asked += [
+                    (spec, d.duel_id, k, JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, k)]))
+                    for k in run.samples_of(d.duel_id, spec.name)
+                ]
+        # generate mode: each answer judged judge_samples times (the paper's 3), scores averaged
+        n = run.baselines.judge_samples if run.cfg.mode == "generate" and not run.reference else 1
+        rubric = RUBRICS[run.baselines.judge_prompt]
+        each = [a for a in asked for _ in range(n)]
+        judged_each = run.run(
+            each,
+            lambda served, group: judge_answers(
+                served,
+                [each[i][3] for i in group],
+                run.cfg,
+                run.system,
+                [run.seed(each[i][0].name, *each[i][1:3], *([i % n] if i % n else [])) for i in group],
+                rubric,
+            ),
+        )
+        judged = [mean_judgment(judged_each[i : i + n]) for i in range(0, len(each), n)]
+        for (spec, duel, k, _), j in zip(asked, judged):
+            run.add(spec.name, duel, spec.name, k, j)
+        return asked, judged
+
+    def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
+        return best_and_worst_pairs(
+            duels, responses, judgments, baselines.length_control, baselines.min_margin
+        )

@@ -1,0 +1,71 @@
+"""Sparta (Jiang et al., "SPARTA ALIGNMENT: Collectively Aligning Multiple Language Models
+through Combat"; official code github.com/yurujiang2003/sparta, ``src1/``).
+
+Two members fight on a prompt (match-making, ``sparta.matchmaking``), each answers once; every
+member not in the duel scores both answers pointwise 1-10 with the Sparta judge prompt; the
+reputation-weighted score gap updates both reputations (Eq. (1), ``sparta.reputation``) and,
+unless tied, makes a pair that every member trains on with DPO.
+
+Deliberate differences from the official code (see docs of ``sparta.reputation`` and the
+README's "What the authors' code does"): the judge prompt is never truncated from the right
+(only the judged answer is shortened), an unparsable judgment is left out rather than scored 5,
+and the chat template ends chosen/rejected texts.
+"""
+
+from __future__ import annotations
+
+from .base import Method
+
+
+class Sparta(Method):
+    name = "sparta"
+    baseline = False
+    default_samples = 1
+    judges_label_accuracy = True
+
+    def samples(self, samples: int | None) -> int:
+        return 1  # the two combatants answer once
+
+    def rounds(self, settings) -> int:
+        return settings.matchmaking.rounds_per_iteration
+
+    def duels(self, plan, members, reputations, matchmaking, seed, t: int, r: int):
+        from ..matchmaking import match_round
+
+        return match_round(plan, members, reputations, matchmaking, seed, r)
+
+    def judge(self, run) -> None:
+        """Each served judge scores both answers of every duel it is not in."""
+        from ..judging import JudgeItem, judge_duels
+
+        asked = []  # (judge, duel id, target, item): both answers of a duel in turn
+        duels = run.duels
+        for spec in run.specs:
+            for d in duels[(duels["model_a"] != spec.name) & (duels["model_b"] != spec.name)].itertuples(
+                index=False
+            ):
+                for target in (d.model_a, d.model_b):
+                    if (d.duel_id, target, 0) not in run.text:
+                        raise ValueError(f"no response of {target} in duel {d.duel_id}: rerun its combat job")
+                    asked.append(
+                        (spec, d.duel_id, target, JudgeItem(d.prompt, run.text[(d.duel_id, target, 0)]))
+                    )
+        judged = run.run(
+            asked,
+            lambda served, group: judge_duels(
+                served,
+                [asked[i][3] for i in group],
+                run.cfg,
+                run.system,
+                [run.seed(asked[i][0].name, *asked[i][1:3]) for i in group],
+            ),
+        )
+        for (spec, duel, target, _), j in zip(asked, judged):
+            run.add(spec.name, duel, target, 0, j)
+
+    def aggregate(self, state, duels, responses, judgments, reputation, baselines, t: int, r: int):
+        from ..reputation import aggregate_round, begin_iteration
+
+        begin_iteration(state, t, reputation)
+        state.round = r
+        return aggregate_round(state, duels, responses, judgments, reputation)
