@@ -33,8 +33,21 @@ def _cmd(tmp: Path, run: str, *extra: str, also: str = "") -> list[str]:
     if not snakefile.exists():
         snakefile.write_text(SNAKEFILE)
     work = tmp / "work"
-    return [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(work), "--cores", "1",
-            "--config", f"run={run}", f"also={also}", *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(snakefile),
+        "-d",
+        str(work),
+        "--cores",
+        "1",
+        "--config",
+        f"run={run}",
+        f"also={also}",
+        *extra,
+    ]
 
 
 def _start(tmp: Path, run: str) -> subprocess.Popen:

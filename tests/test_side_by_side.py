@@ -20,8 +20,16 @@ pytestmark = pytest.mark.slow
 def _small(base, experiment, seed):
     members = [{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")]
     off = {"enabled": False}
-    return tiny_config(base, experiment, seed=seed, iterations=1, members=members,
-                       prompts={"per_iteration": 4}, evaluation=off, analysis=off)  # fmt: skip
+    return tiny_config(
+        base,
+        experiment,
+        seed=seed,
+        iterations=1,
+        members=members,
+        prompts={"per_iteration": 4},
+        evaluation=off,
+        analysis=off,
+    )
 
 
 def _locks_of(work, exp):
@@ -99,7 +107,13 @@ def test_two_experiments_side_by_side_keep_their_locks_and_equal_runs_alone(tmp_
     files = sorted(p.relative_to(alone) for p in (alone / "results").rglob("*") if p.is_file())
     files = [f for f in files if "logs" not in f.parts and "benchmarks" not in f.parts]
     assert len(files) > 60
-    assert sorted(p.relative_to(work) for p in (work / "results").rglob("*") if p.is_file() and
-                  "logs" not in p.parts and "benchmarks" not in p.parts) == files  # fmt: skip
+    assert (
+        sorted(
+            p.relative_to(work)
+            for p in (work / "results").rglob("*")
+            if p.is_file() and "logs" not in p.parts and "benchmarks" not in p.parts
+        )
+        == files
+    )
     differ = [str(f) for f in files if not _same(alone / f, work / f)]
     assert not differ, differ
