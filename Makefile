@@ -14,7 +14,7 @@ lint:
 	ruff check .
 	ruff format --check .
 	snakemake --lint
-	snakemake --lint --configfile .test/config.yaml
+	for c in .test/config*.yaml; do snakemake --lint --configfile "$$c" || exit 1; done
 
 format:
 	ruff format .

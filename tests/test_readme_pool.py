@@ -97,3 +97,18 @@ def test_sparta_config_takes_several_files_and_studies(monkeypatch, capsys):
     assert runs["study-small/sparta-seed1"]["iterations"] == 1  # .test's, under the study
     assert main(["config", "--configfile", ".test/config.yaml", "/no/such.yaml"]) == 2
     assert "no such config file: /no/such.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config-study.yaml", "config-baseline.yaml"])
+def test_each_kind_of_run_has_a_test_config(name, capsys, monkeypatch):
+    """.test/ holds one config per kind of run (single, study, baseline); each resolves."""
+    from sparta.cli import main
+
+    monkeypatch.chdir(REPO)
+    assert main(["config", "--configfile", f".test/{name}", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    if name == "config-study.yaml":
+        assert sorted(runs) == ["study-test/sparta-seed1", "study-test/spin-seed1"]
+    else:  # a single run prints its settings
+        assert runs["iterations"] == 1
+        assert runs["method"] == ("self_rewarding" if "baseline" in name else "sparta")
