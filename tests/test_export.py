@@ -108,7 +108,7 @@ def test_card_of_a_gguf_base_says_it_is_a_dequantized_gguf_and_parses_as_hub_met
 
 
 @pytest.mark.slow
-def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(tmp_path, monkeypatch):
+def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(tmp_path, monkeypatch, capsys):
     """A run whose base lies inside its results root, copied to a new working directory and
     the original removed: snakemake has nothing to do there, member.json files point inside
     the copy, and a member exported from it loads from any directory and answers as before."""
@@ -153,3 +153,11 @@ def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(t
     assert config_json["base_model_name_or_path"] == spec.base
     model = AutoPeftModelForCausalLM.from_pretrained(str(out)).eval()
     assert _answers(model, AutoTokenizer.from_pretrained(out), PROMPTS) == want
+    # onto an existing file, or where no folder can be made: one line, exit 2, nothing written
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for target, says in ((afile, "is a file"), (afile / "sub", "cannot write")):
+        assert main(["export", str(moved / "results/tiny"), str(target), "--member", "bob"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert afile.read_text() == "keep"

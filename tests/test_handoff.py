@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from sparta import tables
+from sparta.files import umask
 from sparta.train import Tracking
 
 pytestmark = pytest.mark.slow
@@ -69,6 +70,9 @@ def _want(spec, prompts):
 PROMPTS = ["What is 3 + 4?", "Tom has 5 apples and gets 2 more.", "What is 6 * 7?"]
 
 
+RUN_UMASK = umask()  # the umask the run fixtures write under (read before any test changes it)
+
+
 def _modes(folder):
     return {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
 
@@ -96,6 +100,8 @@ def test_export_adapter_and_merged_answer_as_the_member_in_the_run(
     run = (run_a[0] / EXP).resolve()
     spec = MemberSpec.read(run / "iter_2/members/bob/member.json")
     want = _want(spec, PROMPTS)
+    # the run's own adapters too: safetensors writes 0600, the training job gives the umask's
+    assert set(_modes(Path(spec.adapter)).values()) == {0o666 & ~RUN_UMASK}
 
     assert main(["export", str(run), str(tmp_path / "adapter"), "--member", "bob", "--json"]) == 0
     written = json.loads(capsys.readouterr().out)

@@ -99,6 +99,25 @@ def test_sparta_config_takes_several_files_and_studies(monkeypatch, capsys):
     assert "no such config file: /no/such.yaml" in capsys.readouterr().err
 
 
+def test_a_config_that_is_not_yaml_gets_one_line_naming_the_place(tmp_path, capsys, monkeypatch):
+    """A tab in the indentation (or a list where a mapping belongs): one line with the file,
+    line and column, exit 2, no traceback."""
+    from sparta.cli import main
+
+    monkeypatch.chdir(REPO)
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("experiment: x\niterations:\n\t2\n")
+    listed = tmp_path / "listed.yaml"
+    listed.write_text("- iterations: 2\n")
+    tab_says = (
+        "line 3, column 1: not valid YAML: found character '\\t' that cannot start any token (YAML indents"
+    )
+    for path, says in ((tabbed, tab_says), (listed, "a mapping of keys")):
+        assert main(["config", "--configfile", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("name", ["config.yaml", "config-study.yaml", "config-baseline.yaml"])
 def test_each_kind_of_run_has_a_test_config(name, capsys, monkeypatch):
     """.test/ holds one config per kind of run (single, study, baseline); each resolves."""

@@ -219,7 +219,17 @@ def cmd_config(args) -> dict:
     for path in [args.base, *args.configfile]:
         if not Path(path).is_file():
             raise CLIError(f"no such config file: {path}")
-        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as e:  # a tab in the indentation, an unclosed quote...
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            tab = " (YAML indents with spaces, never tabs)" if "\\t" in str(problem) else ""
+            raise CLIError(f"{path}{where}: not valid YAML: {problem}{tab}") from None
+        if not isinstance(data, dict):
+            raise CLIError(f"{path}: a config is a mapping of keys (key: value), not {type(data).__name__}")
+        config = merge(config, data)
     try:
         validate(config)
         if "study" in config:  # every run of the study: <study>/<experiment>-seed<s>

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from . import tables
+from .files import follow_umask
 from .members import MemberSpec, is_hub_id
 
 SELECTION_STAGES = ("selected", "best final", "best initial")
@@ -391,21 +392,6 @@ def model_card(
 # --- writing the folder ----------------------------------------------------------------------
 
 
-def umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def follow_umask(folder: Path) -> None:
-    """Give every file and folder under ``folder`` the mode a new file gets (0666 and 0777 less
-    the umask): libraries write some files 0600 through temporary files, copies keep theirs."""
-    mask = umask()
-    folder.chmod(0o777 & ~mask)
-    for p in folder.rglob("*"):
-        p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
-
-
 def merge_dtype(run: Path, dtype: str | None):
     """The dtype of a merged export: ``dtype``, or the run's (settings.yaml), resolved as
     sparta resolves it on this machine (auto: bf16 on a GPU that has it, fp32 on CPU)."""
@@ -495,12 +481,20 @@ def export(
         raise ExportError(
             "an adapter on the hub must name a public base: give --base-id ORG/NAME (or --merge)"
         )
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file: export writes a folder, choose a new folder")
     if out.exists() and any(out.iterdir()):
         raise ExportError(f"{out} exists and is not empty: choose a new folder")
     local = not is_hub_id(spec.base)
     base_ref = hub_base or str(Path(spec.base).resolve())
     digest = folder_digest(spec.base) if local else None
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".sparta-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
     from .models import load_tokenizer
 
     tok = load_tokenizer(spec.base)

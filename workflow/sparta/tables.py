@@ -15,6 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .files import umask
+
 _str = pa.string()
 _i32 = pa.int32()
 _f64 = pa.float64()
@@ -363,17 +365,11 @@ def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600
+        os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 REBUILD = "delete it and rerun snakemake, which rebuilds it and what depends on it"

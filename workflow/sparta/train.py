@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from .files import follow_umask
 from .members import MemberSpec, check_adapter_folder
 from .models import load_base, load_tokenizer, native_bf16, pick_device, pick_dtype
 from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
@@ -379,6 +380,7 @@ def dpo_members(
             else:
                 trainable.attach(spec, seed).save_pretrained(adapter_dir, selected_adapters=["default"])
                 trainable.detach()
+            follow_umask(adapter_dir)
             summaries.append({"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []})
             continue
         model = trainable.attach(spec, seed)
@@ -418,6 +420,7 @@ def dpo_members(
         result = trainer.train()
         # save only the member's own adapter, not TRL's frozen "ref" copy
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
+        follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)
         trainable.detach()
         summaries.append(
@@ -508,6 +511,7 @@ def sft_member(
     result = trainer.train()
     adapter_dir = out_dir / "adapter"
     trainer.model.save_pretrained(adapter_dir)
+    follow_umask(adapter_dir)
     shutil.rmtree(out_dir / "trainer", ignore_errors=True)
     return {
         "examples": len(examples),
