@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from sparta.backends.hf import HFMember
-from sparta.evaluate import evaluate_task
 from sparta.settings import TaskSpec
 from sparta.tasks import TaskError, load_task
+
+from .helpers import evaluate_task, served_model
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_each_metric_runs_and_scores_in_range(tiny, files):
     ]
     for spec in specs:
         task = load_task(TaskSpec(**spec), splits, seed=0)
-        served = HFMember(model, tok)
+        served = served_model(model, tok)
         result = evaluate_task(served, task, "sys", batch_size=4, judge=served)
         assert set(result["split"]) == {"validation", "test"}
         low, high = (0, 10) if spec["metric"] == "judge_score" else (0, 1)
