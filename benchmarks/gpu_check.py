@@ -14,6 +14,7 @@ Exits non-zero if CUDA is missing or a stage fails; prints one line per figure.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -48,8 +49,6 @@ def main() -> int:
     from transformers import AutoModelForCausalLM
 
     from sparta.backends import open_backend
-    from sparta.backends.hf import HFMember
-    from sparta.backends.vllm import available as vllm_available
     from sparta.chat import chat_ids
     from sparta.judging import JudgeItem, judge_duels
     from sparta.members import MemberSpec
@@ -63,7 +62,7 @@ def main() -> int:
         Sampling,
         VLLMSettings,
     )
-    from sparta.train import dpo_member
+    from tests.helpers import dpo_member, served_model
     from tests.tiny import build_tiny_model
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -121,7 +120,7 @@ def main() -> int:
     if dev == "cuda":
         torch.cuda.reset_peak_memory_stats()
     loader = MemberLoader(dev, dtype)
-    hf = HFMember(loader.load(spec), loader.tokenizer(spec))
+    hf = served_model(loader.load(spec), loader.tokenizer(spec))
     hf_judged = run_stage("hf", hf, dtype)
     figures["hf_peak_gpu_mb"] = round(peak_mb(torch), 1)
     print(f"hf peak GPU memory: {figures['hf_peak_gpu_mb']:.0f} MB")
@@ -144,7 +143,8 @@ def main() -> int:
         f"peak GPU memory {figures['dpo_peak_gpu_mb']:.0f} MB"
     )
 
-    if vllm_available() and dev == "cuda":
+    vllm_installed = importlib.util.find_spec("vllm") is not None
+    if vllm_installed and dev == "cuda":
         torch.cuda.empty_cache()
         options = VLLMSettings(gpu_memory_utilization=0.3, max_model_len=1024)
         t0 = time.perf_counter()
@@ -162,7 +162,7 @@ def main() -> int:
             f"same judgments as hf: max |hf - vllm| score {diff:.3f}"
         )
     else:
-        figures["vllm"] = "not installed" if not vllm_available() else "skipped on cpu"
+        figures["vllm"] = "not installed" if not vllm_installed else "skipped on cpu"
         print(f"vllm: {figures['vllm']}")
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=2))

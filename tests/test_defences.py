@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from sparta import analysis
-from sparta.backends.hf import HFMember
 from sparta.judging import (
     ASSISTANT_PREFIX,
     REMOVED,
@@ -21,6 +20,8 @@ from sparta.judging import (
     suspicious,
 )
 from sparta.settings import JudgeSettings
+
+from .helpers import served_model
 
 ON = JudgeSettings(mode="expected", max_length=512, batch_size=4)
 OFF = replace(ON, plain_text=False, sanitize=False, fence=False)
@@ -81,11 +82,11 @@ def test_sanitising_is_recorded_and_the_answer_is_not_changed(tiny):
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", CLEAN[0]), JudgeItem("What is 3 + 4?", INJECTIONS[1])]
     before = [it.response for it in items]
-    out = judge_duels(HFMember(model, tok), items, ON, "sys")
+    out = judge_duels(served_model(model, tok), items, ON, "sys")
     assert [j.sanitized for j in out] == [False, True]
     assert [it.response for it in items] == before
     assert defences(ON) == "plain_text,sanitize,fence" and defences(OFF) == "none"
-    off = judge_duels(HFMember(model, tok), items, OFF, "sys")
+    off = judge_duels(served_model(model, tok), items, OFF, "sys")
     assert [j.sanitized for j in off] == [False, False]
 
 
@@ -95,8 +96,8 @@ def test_pairwise_scores_do_not_depend_on_which_answer_is_a(tiny):
     model, tok = tiny
     cfg = replace(ON, format="pairwise")
     x, y = JudgeItem("What is 3 + 4?", "It is 7."), JudgeItem("What is 3 + 4?", "Maybe 9, or 12.")
-    ab = judge_duels(HFMember(model, tok), [x, y], cfg, "sys")
-    ba = judge_duels(HFMember(model, tok), [y, x], cfg, "sys")
+    ab = judge_duels(served_model(model, tok), [x, y], cfg, "sys")
+    ba = judge_duels(served_model(model, tok), [y, x], cfg, "sys")
     assert ab[0].score == pytest.approx(ba[1].score, abs=1e-6)
     assert ab[1].score == pytest.approx(ba[0].score, abs=1e-6)
     assert ab[0].score + ab[1].score == pytest.approx(11)

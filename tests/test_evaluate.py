@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from sparta.backends.hf import HFMember
-from sparta.evaluate import evaluate_task
 from sparta.settings import TaskSpec
 from sparta.tasks import TaskError, load_task
+
+from .helpers import evaluate_task, served_model
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_each_metric_runs_and_scores_in_range(tiny, files):
     ]
     for spec in specs:
         task = load_task(TaskSpec(**spec), splits, seed=0)
-        served = HFMember(model, tok)
+        served = served_model(model, tok)
         result = evaluate_task(served, task, "sys", batch_size=4, judge=served)
         assert set(result["split"]) == {"validation", "test"}
         low, high = (0, 10) if spec["metric"] == "judge_score" else (0, 1)
@@ -101,3 +101,26 @@ def test_bad_task_is_named(files):
         load_task(TaskSpec(**{"name": "x", "file": str(files / "mc.jsonl"), "metric": "bleu"}), {}, 0)
     with pytest.raises(TaskError, match="does not exist"):
         load_task(TaskSpec(**{"name": "x", "file": str(files / "nope.jsonl"), "prompt_column": "q"}), {}, 0)
+
+
+def test_options_and_labels_are_parsed_when_the_task_loads(files):
+    """Options and labels are lists once the task is loaded (JSON text or lists in the file),
+    and a cell that is no list is named then, not at scoring."""
+    from sparta.evaluate import SCORERS
+
+    spec = {
+        "name": "tqa",
+        "file": str(files / "tqa.parquet"),
+        "prompt_column": "question",
+        "options_column": "options",
+        "labels_column": "labels",
+        "metric": "truthfulqa_mc",
+    }
+    task = load_task(TaskSpec(**spec), {}, 0)
+    assert task.options["test"][0] == ["1", "2", "3", "4"] and task.labels["test"][0] == [1, 0, 0, 0]
+    assert "options" not in task.rows["test"] and task.metric in SCORERS
+    bad = files / "bad.jsonl"
+    bad.write_text('{"question": "q1", "options": "[1, 2"}\n{"question": "q2", "options": "[1]"}\n')
+    spec.update(file=str(bad), labels_column=None, metric="multiple_choice", answer_column="question")
+    with pytest.raises(TaskError, match="options is not a list"):
+        load_task(TaskSpec(**spec), {}, 0)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sparta.backends.hf import HFMember, generate
+from sparta.backends.hf import generate
 from sparta.chat import chat_ids
 from sparta.judging import (
     ASSISTANT_PREFIX,
@@ -21,6 +21,8 @@ from sparta.judging import (
     parse_winner,
 )
 from sparta.settings import JudgeSettings, Sampling
+
+from .helpers import served_model
 
 EXPECTED = JudgeSettings(mode="expected", max_length=512, batch_size=2)
 
@@ -70,7 +72,7 @@ def test_expected_mode_equals_brute_force(tiny):
     candidate sequence alone."""
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 3 + 4?", "It is 10, I think. " * 3)]
-    out = judge_duels(HFMember(model, tok), items, EXPECTED, "sys")
+    out = judge_duels(served_model(model, tok), items, EXPECTED, "sys")
     for item, j in zip(items, out):
         user, _, _ = judge_ids(tok, item.prompt, [item.response], EXPECTED, "sys", ASSISTANT_PREFIX)
         prompt, conts = candidate_ids(
@@ -112,7 +114,9 @@ def test_truncation_keeps_instruction_and_prefix(tiny):
 def test_generate_mode_on_random_model_gives_null_scores(tiny):
     model, tok = tiny
     cfg = JudgeSettings(mode="generate", max_new_tokens=8, batch_size=2)
-    out = judge_duels(HFMember(model, tok), [JudgeItem("What is 3 + 4?", "7")] * 4, cfg, "sys", [0, 1, 2, 3])
+    out = judge_duels(
+        served_model(model, tok), [JudgeItem("What is 3 + 4?", "7")] * 4, cfg, "sys", [0, 1, 2, 3]
+    )
     assert len(out) == 4
     for j in out:
         assert (j.score is None) == (j.error is not None)
@@ -167,7 +171,7 @@ def test_additive_rubric_expected_mode_equals_brute_force(tiny):
     model, tok = tiny
     item = JudgeItem("What is 3 + 4?", "7")
     cfg = replace(EXPECTED, max_length=2048)  # the prompt is ~800 tokens on the tiny tokenizer
-    (j,) = judge_answers(HFMember(model, tok), [item], cfg, "sys", rubric=ADDITIVE_RUBRIC)
+    (j,) = judge_answers(served_model(model, tok), [item], cfg, "sys", rubric=ADDITIVE_RUBRIC)
     user, _, _ = judge_ids(tok, item.prompt, [item.response], cfg, "sys", "Score: ", ADDITIVE_RUBRIC)
     assert "additive 5-point" in user and '"Score: <total points>"' in user and "What is 3 + 4?" in user
     prompt, conts = candidate_ids([chat_ids(tok, user, "sys", f"Score: {p}") for p in range(6)])

@@ -85,10 +85,9 @@ def test_mc1_mc2_by_hand():
 
 def test_mc1_mc2_on_tiny_model_matches_hand_computation(tmp_path):
     """option_logprobs sums the option's token log-probs after the context, as one would by hand."""
-    from sparta.backends.hf import HFMember
-    from sparta.evaluate import option_logprobs
     from sparta.models import MemberLoader, MemberSpec
 
+    from .helpers import option_logprobs, served_model
     from .tiny import build_tiny_model
 
     folder = build_tiny_model(tmp_path / "m")
@@ -96,7 +95,7 @@ def test_mc1_mc2_on_tiny_model_matches_hand_computation(tmp_path):
     spec = MemberSpec("t", str(folder))
     model, tok = loader.load(spec), loader.tokenizer(spec)
     context, options = "Q: What is 3 + 4? A:", [" 7", " 12", " seven apples"]
-    lps = option_logprobs(HFMember(model, tok), context, options)
+    lps = option_logprobs(served_model(model, tok), context, options)
     by_hand = []
     for o in options:
         ctx = tok(context, add_special_tokens=False)["input_ids"]

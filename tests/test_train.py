@@ -10,8 +10,9 @@ from safetensors.torch import load_file
 from sparta.data import sft_examples
 from sparta.members import MemberSpec
 from sparta.settings import DPOSettings, LoraSettings, Runtime, SFTSettings
-from sparta.train import dpo_member, sft_member
+from sparta.train import sft_member
 
+from .helpers import dpo_member
 from .tiny import build_tiny_model
 
 CPU = Runtime(device="cpu", system_prompt=None)

@@ -8,15 +8,14 @@ import json
 import pytest
 
 from sparta.backends import open_backend
-from sparta.backends.hf import HFMember
 from sparta.backends.vllm import max_lora_rank
 from sparta.chat import chat_ids
-from sparta.evaluate import option_logprobs
 from sparta.judging import JudgeItem, judge_duels
 from sparta.members import MemberSpec
 from sparta.models import MemberLoader
 from sparta.settings import BackendSettings, JudgeSettings, Runtime, Sampling, VLLMSettings
 
+from .helpers import option_logprobs, served_model
 from .tiny import build_tiny_model
 
 
@@ -60,7 +59,7 @@ def test_vllm_matches_hf_on_scores_and_generates(gpu_member):
     backend = open_backend(BackendSettings("vllm", options), Runtime(0, "cuda", "float32"), [spec])
     vllm = backend.serve(spec)
     loader = MemberLoader("cuda", "float32")
-    hf = HFMember(loader.load(spec), loader.tokenizer(spec))
+    hf = served_model(loader.load(spec), loader.tokenizer(spec))
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("Tom has 5 apples.", "He has 7 apples now.")]
     got = judge_duels(vllm, items, JudgeSettings(batch_size=4), "sys")
     want = judge_duels(hf, items, JudgeSettings(batch_size=4), "sys")

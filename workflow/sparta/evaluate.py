@@ -2,7 +2,8 @@
 metrics.py). The member is any backend's (:mod:`sparta.backends`); nothing here imports
 torch.
 
-Metrics: ``exact_match`` (generate, extract the number or the last \\boxed{}),
+Metrics, one scorer each (registered in :data:`SCORERS` by metric name: a new metric is one
+more scorer): ``exact_match`` (generate, extract the number or the last \\boxed{}),
 ``multiple_choice`` (generate, extract the letter), ``truthfulqa_mc`` (MC1/MC2 from the
 log-likelihood of each option, no generation), ``judge_score`` (a judge model scores the
 answer 0-10 against a reference, by the same expected-score method as cross-judging).
@@ -12,14 +13,18 @@ from __future__ import annotations
 
 import logging
 import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
 from . import metrics
+from .backends import Served
 from .chat import chat_ids
 from .judging import expected_scores
 from .settings import Sampling
-from .tasks import Task, TaskError, parse_list
+from .tasks import Task, TaskError
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +41,6 @@ def mc_prompt(question: str, options: list[str]) -> str:
     letters = string.ascii_uppercase
     lines = [question, ""] + [f"{letters[i]}. {o}" for i, o in enumerate(options)]
     return "\n".join(lines) + "\n\nAnswer with the letter of the correct option."
-
-
-def _prompt_ids(tok, task: Task, prompt: str, system: str | None, answer_start: str = "") -> list[int]:
-    """A task prompt's ids, with the first words of the answer given: through the chat template
-    (its contents as plain text), or the prompt alone as plain text."""
-    if task.chat_template:
-        return chat_ids(tok, prompt, system, answer_start)
-    return tok(prompt + answer_start, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 def option_requests(ids_with, options: list[str]) -> tuple[list[list[int]], list[list[list[int]]]]:
@@ -65,108 +62,163 @@ def option_requests(ids_with, options: list[str]) -> tuple[list[list[int]], list
     return prompts, conts
 
 
-def option_logprobs(member, context: str, options: list[str], batch_size: int = 8) -> list[float]:
-    """Summed log-probability of each option's tokens after the plain text ``context``."""
-    tok = member.tok
-
-    def ids_with(text: str) -> list[int]:
-        return tok(context + text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-
-    prompts, conts = option_requests(ids_with, options)
-    return [row[0] for row in member.continuation_logprobs(prompts, conts, batch_size)]
-
-
-def evaluate_members(serve, members: list[str], task: Task, system: str | None, batch_size: int, judge=None):
-    """Every member on every example of a task: one row per (member, split, example) with
-    prediction and score (1/0, MC2 mass, or 0-10).
+@dataclass
+class Evaluation:
+    """One task's evaluation of some members: what every scorer needs.
 
     ``serve(names)`` gives a served object (:class:`sparta.backends.Served`) answering request
     i as member ``names[i]``, so all members' requests run in the same batches. ``judge`` is a
     served judge model for judge_score tasks."""
-    tok = serve(members[:1]).tok
-    frames = []
-    greedy = Sampling.greedy_decoding(task.max_new_tokens)
-    for split, df in task.rows.items():
-        n = len(df)
-        who = [m for m in members for _ in range(n)]  # request order: member, then example
-        if task.metric == "truthfulqa_mc":
-            options = [parse_list(o) for o in df["options"]]
-            labels = [[int(x) for x in parse_list(v)] for v in df["labels"]]
-            prompts, conts, owner = [], [], []
-            for m in members:
-                for k, r in enumerate(df.itertuples(index=False)):
-                    p, c = option_requests(
-                        lambda x, q=r.prompt: _prompt_ids(tok, task, q, system, x), options[k]
-                    )
-                    prompts += p
-                    conts += c
-                    owner += [m] * len(p)
-            flat = iter(row[0] for row in serve(owner).continuation_logprobs(prompts, conts, batch_size))
-            for m in members:
-                scores, preds, extra = [], [], []
-                for opts, labs in zip(options, labels):
-                    lps = [next(flat) for _ in opts]
-                    mc1, mc2 = metrics.mc1_mc2(lps, labs)
-                    scores.append(mc2)
-                    extra.append(mc1)
-                    preds.append(opts[max(range(len(lps)), key=lambda i: lps[i])])
-                frames.append(
-                    pd.DataFrame(
-                        {
-                            "member": m,
-                            "split": split,
-                            "example_id": df["example_id"].to_numpy(),
-                            "prediction": preds,
-                            "score": scores,
-                            "mc1": extra,
-                        }
-                    )
-                )
-            continue
-        prompts = df["prompt"].tolist()
-        if task.metric == "multiple_choice" and "options" in df:
-            prompts = [mc_prompt(p, parse_list(o)) for p, o in zip(prompts, df["options"])]
-        ids = [_prompt_ids(tok, task, p, system) for p in prompts]
-        outs = serve(who).generate(
-            ids * len(members), greedy, [0] * len(who), batch_size, f"eval {task.name} {split}"
+
+    serve: Callable[[list[str]], Served]
+    members: list[str]
+    task: Task
+    system: str | None
+    batch_size: int
+    judge: Served | None = None
+    tok: Any = field(init=False)  # the members' tokenizer
+
+    def __post_init__(self):
+        self.tok = self.serve(self.members[:1]).tok
+
+    def prompt_ids(self, prompt: str, answer_start: str = "") -> list[int]:
+        """A task prompt's ids, with the first words of the answer given: through the chat
+        template (its contents as plain text), or the prompt alone as plain text."""
+        if self.task.chat_template:
+            return chat_ids(self.tok, prompt, self.system, answer_start)
+        text = prompt + answer_start
+        return self.tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+    def answers(self, split: str, prompts: list[str]) -> list[list[str]]:
+        """Each member's greedy answer to every prompt, all members in the same batches."""
+        n = len(prompts)
+        who = [m for m in self.members for _ in range(n)]  # request order: member, then example
+        ids = [self.prompt_ids(p) for p in prompts]
+        greedy = Sampling.greedy_decoding(self.task.max_new_tokens)
+        desc = f"eval {self.task.name} {split}"
+        outs = self.serve(who).generate(
+            ids * len(self.members), greedy, [0] * len(who), self.batch_size, desc
         )
-        for j, m in enumerate(members):
-            preds = [o.text for o in outs[j * n : (j + 1) * n]]
-            if task.metric == "exact_match":
-                scores = [float(metrics.exact_match(p, a, task.answer)) for p, a in zip(preds, df["answer"])]
-            elif task.metric == "multiple_choice":
-                k = [len(parse_list(o)) for o in df["options"]] if "options" in df else [5] * n
-                scores = [
-                    float(metrics.extract_choice(p, c) == str(a).strip().upper()[:1])
-                    for p, a, c in zip(preds, df["answer"], k)
-                ]
-            else:  # judge_score
-                if judge is None:
-                    raise TaskError(f"task {task.name}: metric judge_score needs evaluation.judge")
-                refs = df["reference"] if "reference" in df else df["answer"]
-                user = [
-                    REFERENCE_JUDGE_PROMPT.format(prompt=p, reference=r, response=y)
-                    for p, r, y in zip(df["prompt"], refs, preds)
-                ]
-                scores = [j.score for j in expected_scores(judge, user, range(0, 11), system, batch_size)]
-            frames.append(
-                pd.DataFrame(
-                    {
-                        "member": m,
-                        "split": split,
-                        "example_id": df["example_id"].to_numpy(),
-                        "prediction": preds,
-                        "score": scores,
-                    }
-                )
-            )
+        return [[o.text for o in outs[j * n : (j + 1) * n]] for j in range(len(self.members))]
+
+
+Columns = dict[str, list]
+"""A member's columns on one split: prediction, score and any the metric adds (one per example)."""
+Scorer = Callable[[Evaluation, str], list[Columns]]
+"""The columns of every member (in ``Evaluation.members`` order) on one split of the task."""
+
+SCORERS: dict[str, Scorer] = {}
+"""metric name -> its scorer: the metrics a task may name."""
+
+
+def scorer(metric: str) -> Callable[[Scorer], Scorer]:
+    def register(fn: Scorer) -> Scorer:
+        SCORERS[metric] = fn
+        return fn
+
+    return register
+
+
+@scorer("exact_match")
+def exact_match(ev: Evaluation, split: str) -> list[Columns]:
+    df = ev.task.rows[split]
+    return [
+        {
+            "prediction": preds,
+            "score": [float(metrics.exact_match(p, a, ev.task.answer)) for p, a in zip(preds, df["answer"])],
+        }
+        for preds in ev.answers(split, df["prompt"].tolist())
+    ]
+
+
+@scorer("multiple_choice")
+def multiple_choice(ev: Evaluation, split: str) -> list[Columns]:
+    """The options (when the task has them) are listed under the question, lettered; without
+    them the letter is read among A-E."""
+    df, options = ev.task.rows[split], ev.task.options.get(split)
+    prompts = df["prompt"].tolist()
+    if options is not None:
+        prompts = [mc_prompt(p, o) for p, o in zip(prompts, options)]
+    k = [len(o) for o in options] if options is not None else [5] * len(df)
+    return [
+        {
+            "prediction": preds,
+            "score": [
+                float(metrics.extract_choice(p, c) == str(a).strip().upper()[:1])
+                for p, a, c in zip(preds, df["answer"], k)
+            ],
+        }
+        for preds in ev.answers(split, prompts)
+    ]
+
+
+@scorer("truthfulqa_mc")
+def truthfulqa_mc(ev: Evaluation, split: str) -> list[Columns]:
+    """MC1/MC2 from each option's log-likelihood after the prompt: no generation. The
+    prediction is the likeliest option."""
+    task = ev.task
+    if split not in task.options or split not in task.labels:
+        raise TaskError(f"task {task.name}: metric truthfulqa_mc needs options_column and labels_column")
+    df, options, labels = task.rows[split], task.options[split], task.labels[split]
+    prompts, conts, owner = [], [], []
+    for m in ev.members:
+        for q, opts in zip(df["prompt"], options):
+            p, c = option_requests(lambda x, q=q: ev.prompt_ids(q, x), opts)
+            prompts += p
+            conts += c
+            owner += [m] * len(p)
+    scored = ev.serve(owner).continuation_logprobs(prompts, conts, ev.batch_size)
+    flat = iter(row[0] for row in scored)
+    out = []
+    for _ in ev.members:
+        preds, scores, mc1s = [], [], []
+        for opts, labs in zip(options, labels):
+            lps = [next(flat) for _ in opts]
+            mc1, mc2 = metrics.mc1_mc2(lps, labs)
+            preds.append(opts[max(range(len(lps)), key=lambda i: lps[i])])
+            scores.append(mc2)
+            mc1s.append(mc1)
+        out.append({"prediction": preds, "score": scores, "mc1": mc1s})
+    return out
+
+
+@scorer("judge_score")
+def judge_score(ev: Evaluation, split: str) -> list[Columns]:
+    """The judge scores each answer 0-10 against the reference (or the answer column)."""
+    df, judge = ev.task.rows[split], ev.judge
+    if judge is None:
+        raise TaskError(f"task {ev.task.name}: metric judge_score needs evaluation.judge")
+    refs = df["reference"] if "reference" in df else df["answer"]
+    out = []
+    for preds in ev.answers(split, df["prompt"].tolist()):
+        user = [
+            REFERENCE_JUDGE_PROMPT.format(prompt=p, reference=r, response=y)
+            for p, r, y in zip(df["prompt"], refs, preds)
+        ]
+        scores = [j.score for j in expected_scores(judge, user, range(0, 11), ev.system, ev.batch_size)]
+        out.append({"prediction": preds, "score": scores})
+    return out
+
+
+def evaluate_members(
+    serve: Callable[[list[str]], Served],
+    members: list[str],
+    task: Task,
+    system: str | None,
+    batch_size: int,
+    judge: Served | None = None,
+) -> pd.DataFrame:
+    """Every member on every example of a task: one row per (member, split, example) with
+    prediction and score (1/0, MC2 mass, or 0-10), scored by the task's metric's scorer (see
+    :class:`Evaluation` for ``serve`` and ``judge``)."""
+    ev = Evaluation(serve, members, task, system, batch_size, judge)
+    score = SCORERS[task.metric]
+    frames = []
+    for split, df in task.rows.items():
+        for m, columns in zip(members, score(ev, split), strict=True):
+            ids = df["example_id"].to_numpy()
+            frames.append(pd.DataFrame({"member": m, "split": split, "example_id": ids, **columns}))
     result = pd.concat(frames, ignore_index=True)
     result.insert(0, "task", task.name)
     result.insert(1, "metric", task.metric)
     return result
-
-
-def evaluate_task(member, task: Task, system: str | None, batch_size: int, judge=None) -> pd.DataFrame:
-    """One served member on a task: one row per (split, example)."""
-    out = evaluate_members(lambda names: member, ["member"], task, system, batch_size, judge)
-    return out.drop(columns="member")

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import ast
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from .settings import TaskSpec
-
-METRICS = ("exact_match", "multiple_choice", "truthfulqa_mc", "judge_score")
 
 
 class TaskError(ValueError):
@@ -25,15 +23,21 @@ class TaskError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
+    """A loaded task: its rows per split, and each example's options and labels parsed once
+    (a split is in ``options``/``labels`` when the task has that column)."""
+
     name: str
     metric: str
-    rows: dict[str, pd.DataFrame]  # split -> columns example_id, prompt, answer, options, labels
+    rows: dict[str, pd.DataFrame]  # split -> columns example_id, prompt, answer, reference
     answer: str = "number"
     chat_template: bool = True
     max_new_tokens: int = 256
+    options: dict[str, list[list]] = field(default_factory=dict)  # split -> options per example
+    labels: dict[str, list[list[int]]] = field(default_factory=dict)  # split -> 0/1 per option
 
 
-def parse_list(value):
+def parse_list(value) -> list:
+    """A list cell: a list or array as it is, or its JSON (or Python literal) text."""
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -42,12 +46,21 @@ def parse_list(value):
     return list(value)
 
 
+def _parsed(task: str, column: str, values, convert=lambda x: x) -> list[list]:
+    try:
+        return [[convert(x) for x in parse_list(v)] for v in values]
+    except (ValueError, TypeError, SyntaxError) as e:
+        raise TaskError(f"task {task}: a value of {column} is not a list: {e}") from e
+
+
 def load_task(
     spec: TaskSpec, prompt_splits: dict[str, pd.DataFrame], seed: int, root: str | Path = "."
 ) -> Task:
     """A task from its config entry; a file task's path is relative to ``root``."""
-    if spec.metric not in METRICS:
-        raise TaskError(f"task {spec.name}: unknown metric {spec.metric!r}; use one of {METRICS}")
+    from .evaluate import SCORERS  # the metrics: one scorer each
+
+    if spec.metric not in SCORERS:
+        raise TaskError(f"task {spec.name}: unknown metric {spec.metric!r}; use one of {tuple(SCORERS)}")
     if spec.source == "prompts":
         rows = {
             s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
@@ -81,4 +94,9 @@ def load_task(
             "answer" not in df or df["answer"].isna().all()
         ):
             raise TaskError(f"task {spec.name}: metric {spec.metric} needs an answer column")
-    return Task(spec.name, spec.metric, rows, spec.answer, spec.chat_template, spec.max_new_tokens)
+    options = {s: _parsed(spec.name, "options", df["options"]) for s, df in rows.items() if "options" in df}
+    labels = {s: _parsed(spec.name, "labels", df["labels"], int) for s, df in rows.items() if "labels" in df}
+    rows = {s: df.drop(columns=["options", "labels"], errors="ignore") for s, df in rows.items()}
+    return Task(
+        spec.name, spec.metric, rows, spec.answer, spec.chat_template, spec.max_new_tokens, options, labels
+    )

@@ -435,20 +435,6 @@ def dpo_members(
     return summaries
 
 
-def dpo_member(
-    spec: MemberSpec,
-    prefs: pd.DataFrame,
-    out_dir: str | Path,
-    params: DPOSettings,
-    lora: LoraSettings,
-    runtime: Runtime,
-    seed: int,
-    tracking: Tracking = Tracking(),
-) -> dict:
-    """DPO of one member (see :func:`dpo_members`); ``seed`` is this member's."""
-    return dpo_members([(spec, Path(out_dir), seed)], prefs, params, lora, runtime, tracking)[0]
-
-
 def sft_member(
     name: str,
     base: str,

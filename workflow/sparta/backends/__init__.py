@@ -12,7 +12,8 @@ members of one base run in the same batches:
   the summed log-probability of each of its continuations (token ids) under ``members[i]``.
 
 :class:`Served` binds them to one member, or to one member per request, with the members'
-tokenizer ``tok``; everything else (judge prompts, the expected score, option
+tokenizer ``tok`` (:meth:`Backend.serve`, :meth:`Backend.serve_each`, written once for every
+backend); everything else (judge prompts, the expected score, option
 log-likelihoods) is written once on top of it, in :mod:`sparta.judging` and
 :mod:`sparta.evaluate`.
 
@@ -25,9 +26,10 @@ This module itself is pure.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from ..members import MemberSpec
 from ..settings import BackendSettings, Runtime, Sampling
@@ -42,28 +44,40 @@ class Generation:
     finish_reason: str  # "stop" (end of turn) or "length" (max_new_tokens reached)
 
 
-class Backend(Protocol):
-    """The models of one job."""
+class Backend(ABC):
+    """The models of one job: every backend implements the three primitives; serving members
+    (:meth:`serve`, :meth:`serve_each`) is written once here on top of them."""
 
+    @abstractmethod
     def tokenizer(self, spec: MemberSpec) -> Any: ...
 
+    @abstractmethod
     def generate(
         self,
         members: list[MemberSpec],
         prompts: list[list[int]],
         sampling: Sampling,
         seeds: list[int],
-        batch_size: int,
-        desc: str,
+        batch_size: int = 8,
+        desc: str = "generate",
     ) -> list[Generation]: ...
 
+    @abstractmethod
     def continuation_logprobs(
         self,
         members: list[MemberSpec],
         prompts: list[list[int]],
         conts: list[list[list[int]]],
-        batch_size: int,
+        batch_size: int = 8,
     ) -> list[list[float]]: ...
+
+    def serve(self, spec: MemberSpec) -> Served:
+        """Every request answered by ``spec``."""
+        return Served(self, spec)
+
+    def serve_each(self, specs: Sequence[MemberSpec]) -> Served:
+        """Request i answered by ``specs[i]``."""
+        return Served(self, list(specs))
 
 
 class Served:
@@ -101,7 +115,7 @@ class Served:
         return self.backend.continuation_logprobs(self._each(len(prompts)), prompts, conts, batch_size)
 
 
-def open_backend(backend: BackendSettings, runtime: Runtime, specs: Sequence[MemberSpec] = ()) -> Any:
+def open_backend(backend: BackendSettings, runtime: Runtime, specs: Sequence[MemberSpec] = ()) -> Backend:
     """The backend named in the settings, for a job that serves ``specs`` (vLLM sizes its LoRA
     slots from them)."""
     if backend.name not in BACKENDS:

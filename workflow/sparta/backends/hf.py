@@ -21,23 +21,17 @@ from ..chat import stop_token_ids
 from ..members import MemberSpec
 from ..models import MemberLoader
 from ..settings import BackendSettings, Runtime, Sampling
-from . import Generation, Served, decode_answer
+from . import Backend, Generation, decode_answer
 
 log = logging.getLogger(__name__)
 
 
-class HFBackend:
+class HFBackend(Backend):
     """Serves members of any number of bases from one :class:`MemberLoader`."""
 
     def __init__(self, runtime: Runtime, specs=()):
         self.loader = MemberLoader(runtime.device, runtime.dtype)
         self.specs = list(specs)
-
-    def serve(self, spec: MemberSpec) -> Served:
-        return Served(self, spec)
-
-    def serve_each(self, specs: list[MemberSpec]) -> Served:
-        return Served(self, list(specs))
 
     def tokenizer(self, spec: MemberSpec):
         return self.loader.tokenizer(spec)
@@ -69,20 +63,6 @@ class HFBackend:
 
 def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> HFBackend:
     return HFBackend(runtime, specs)
-
-
-class HFMember:
-    """A plain Hugging Face model (no adapter switching) and its tokenizer, with the
-    :class:`~sparta.backends.Served` interface: for tests and benchmarks on a model in hand."""
-
-    def __init__(self, model, tok):
-        self.model, self.tok = model, tok
-
-    def generate(self, prompts, sampling: Sampling, seeds, batch_size=8, desc="generate") -> list[Generation]:
-        return generate(self.model, self.tok, prompts, sampling, list(seeds), batch_size, desc)
-
-    def continuation_logprobs(self, prompts, conts, batch_size=8) -> list[list[float]]:
-        return continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size)
 
 
 class SeededSampler(LogitsProcessor):

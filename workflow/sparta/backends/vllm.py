@@ -16,7 +16,7 @@ from ..chat import stop_token_ids
 from ..members import MemberSpec, check_adapter_folder
 from ..models import load_tokenizer
 from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings
-from . import Generation, Served, decode_answer
+from . import Backend, Generation, decode_answer
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class VLLMEngine:
         return result
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """One engine per job, started on first use for the base of the first member served; all
     members of that base are LoRA requests of it, mixed freely within a call."""
 
@@ -155,12 +155,6 @@ class VLLMBackend:
                 )
         return self.engine
 
-    def serve(self, spec: MemberSpec) -> Served:
-        return Served(self, spec)
-
-    def serve_each(self, specs) -> Served:
-        return Served(self, list(specs))
-
     def tokenizer(self, spec: MemberSpec):
         return self._engine([spec]).tok
 
@@ -173,9 +167,3 @@ class VLLMBackend:
 
 def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> VLLMBackend:
     return VLLMBackend(backend.vllm, runtime, specs)
-
-
-def available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None

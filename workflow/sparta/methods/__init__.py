@@ -26,11 +26,8 @@ REGISTRY: dict[str, Method] = {
     m.name: m for m in (Sparta(), SelfRewarding(), MetaRewarding(), SPIN(), SPPO())
 }
 METHODS = tuple(REGISTRY)
-BASELINES = tuple(name for name, m in REGISTRY.items() if m.baseline)
-DEFAULT_SAMPLES = {name: m.default_samples for name, m in REGISTRY.items() if name in BASELINES}
 
 __all__ = [
-    "BASELINES",
     "METHODS",
     "REGISTRY",
     "JudgeRun",
@@ -82,6 +79,7 @@ def baseline_pairs(
 
     m = get(method)
     if not m.baseline:
-        raise ValueError(f"{method} is not a baseline; baselines: {BASELINES}")
+        baselines = tuple(name for name, b in REGISTRY.items() if b.baseline)
+        raise ValueError(f"{method} is not a baseline; baselines: {baselines}")
     settings = replace(BaselineSettings(), length_control=length_control, min_margin=min_margin)
     return m.pairs(duels, responses, judgments, settings)
