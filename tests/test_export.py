@@ -156,6 +156,7 @@ def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(t
     # onto an existing file, or where no folder can be made: one line, exit 2, nothing written
     afile = tmp_path / "afile"
     afile.write_text("keep")
+    capsys.readouterr()  # what the loads and the export above printed
     for target, says in ((afile, "is a file"), (afile / "sub", "cannot write")):
         assert main(["export", str(moved / "results/tiny"), str(target), "--member", "bob"]) == 2
         err = capsys.readouterr().err
