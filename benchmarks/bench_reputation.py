@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from sparta.matchmaking import MatchParams, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration
+from sparta.matchmaking import MatchSettings, match_round, plan_iteration
+from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration
 
 
 def main():
@@ -27,7 +27,7 @@ def main():
 
     t0 = time.perf_counter()
     plan = plan_iteration(prompts, members, args.duels, 1, seed=0, iteration=1)
-    duels = match_round(plan, members, {m: 100.0 for m in members}, MatchParams(), 0, 0)
+    duels = match_round(plan, members, {m: 100.0 for m in members}, MatchSettings(), 0, 0)
     t_match = time.perf_counter() - t0
 
     rng = np.random.default_rng(0)
@@ -72,7 +72,7 @@ def main():
         }
     )
 
-    params = ReputationParams()
+    params = ReputationSettings()
     state = begin_iteration(PoolState.initial(members, params), 1, params)
     t0 = time.perf_counter()
     hist, prefs, counts = aggregate_round(state, duels, responses, judgments, params)

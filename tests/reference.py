@@ -12,10 +12,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from sparta.matchmaking import STREAM_OPPONENTS, MatchParams, duel_id, pick_opponent, plan_iteration, rng_for
+from sparta.matchmaking import (
+    STREAM_OPPONENTS,
+    MatchSettings,
+    duel_id,
+    pick_opponent,
+    plan_iteration,
+    rng_for,
+)
 from sparta.reputation import (
     PoolState,
-    ReputationParams,
+    ReputationSettings,
     begin_iteration,
     frame,
     preference,
@@ -37,8 +44,8 @@ def run_sequential(
     iterations: int,
     prompts_per_iteration: int,
     seed: int,
-    match: MatchParams,
-    params: ReputationParams,
+    match: MatchSettings,
+    params: ReputationSettings,
 ) -> tuple[pd.DataFrame, pd.DataFrame, PoolState]:
     """Algorithm 1 with every duel its own round. Returns (history, preferences, final state)."""
     state = PoolState.initial(members, params)

@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from sparta.reputation import ReputationParams
+from sparta.reputation import ReputationSettings
 from sparta.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,7 +18,7 @@ def test_default_config_validates_and_gets_defaults():
     s = Settings.from_config(config)
     assert s.dpo.beta == 0.1 and s.judge.mode == "expected"
     assert s.matchmaking.alpha == 0.6 and s.matchmaking.rounds_per_iteration == 1
-    assert s.reputation == ReputationParams()  # the default preset, sparta
+    assert s.reputation == ReputationSettings()  # the default preset, sparta
 
 
 def test_vllm_backend_needs_gpus_for_its_shards():

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from sparta import tables
-from sparta.matchmaking import MatchParams, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration, update
+from sparta.matchmaking import MatchSettings, match_round, plan_iteration
+from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration, update
 
 MEMBERS = ["m0", "m1", "m2", "m3"]
 KAPPA_1 = 9.895192582062144  # max(5, 10 * 0.9 ** (1 / 10)): the first verdict of an iteration
@@ -62,7 +62,7 @@ def test_a_judge_with_one_usable_score_is_left_out_of_both_sides():
     | one side only (old) | (9 + 7) / 2 = 8   | 3   | 5   |
     | both sides (now)    | 9                 | 3   | 6   |
     """
-    p = ReputationParams()
+    p = ReputationSettings()
     s = PoolState.initial(MEMBERS, p)
     begin_iteration(s, 1, p)
     hist, prefs, _ = aggregate_round(
@@ -98,7 +98,7 @@ def test_downweighting_judge_or_combatant():
     The verdict (and the preference pair) is m0's either way: only the update sees the weight.
     """
     for target, change in (("judge", 0.00685910739984434), ("combatant", -0.011431845666407234)):
-        p = ReputationParams(downweight_target=target)
+        p = ReputationSettings(downweight_target=target)
         s = PoolState.initial(MEMBERS, p)
         s.weight[0], s.downweighted_at[0] = 0.0, 1
         begin_iteration(s, 1, p)
@@ -116,7 +116,7 @@ def test_a_down_weighted_judge_counts_only_in_judge_mode():
     scores = {("m2", "m0"): 2.0, ("m2", "m1"): 9.0, ("m3", "m0"): 9.0, ("m3", "m1"): 2.0}
     outcomes = {}
     for target in ("judge", "combatant"):
-        p = ReputationParams(downweight_target=target)
+        p = ReputationSettings(downweight_target=target)
         s = PoolState.initial(MEMBERS, p)
         s.weight[2], s.downweighted_at[2] = 0.0, 1
         hist, _, _ = aggregate_round(s, *one_duel(scores), p)
@@ -129,7 +129,7 @@ def test_window_scope_iteration_starts_an_empty_window():
     its next change joins them; with scope iteration the window restarts and, holding one
     change (< min_deltas 2), the deviation keeps its carried value."""
     for scope, window_len, deviation_changed in (("run", 4, True), ("iteration", 1, False)):
-        p = ReputationParams(window_scope=scope)
+        p = ReputationSettings(window_scope=scope)
         s = PoolState.initial(MEMBERS, p)
         s.deltas[0] = [1.0, 2.0, 3.0]
         s.deviation[0] = 0.816496580927726
@@ -151,7 +151,7 @@ def test_sequential_update_gives_the_second_combatant_the_first_ones_new_reputat
     | R_b after              | 99.847246                   | 99.737894                          |
     """
     for sequential, rb_after in ((False, 99.84724590223819), (True, 99.73789377325308)):
-        p = ReputationParams(sequential_update=sequential)
+        p = ReputationSettings(sequential_update=sequential)
         s = PoolState.initial(MEMBERS, p)
         s.reputation[0] = 100.2
         _, ra, _, rb, _ = update(s, 0, 1, 8.0, 5.0, p)
@@ -162,7 +162,7 @@ def test_sequential_update_gives_the_second_combatant_the_first_ones_new_reputat
 def test_authors_preset_down_weights_from_the_third_iteration_and_stops_at_six():
     members = [f"m{i}" for i in range(10)]
     for name, first, count in (("sparta", 2, 10), ("authors", 3, 6)):
-        p = ReputationParams.preset(name)
+        p = ReputationSettings.preset(name)
         s = PoolState.initial(members, p)
         s.reputation = [100.0 - i for i in range(10)]  # m9 lowest, then m8, ...
         for t in range(1, 12):
@@ -170,7 +170,7 @@ def test_authors_preset_down_weights_from_the_third_iteration_and_stops_at_six()
         at = sorted(t for t in s.downweighted_at if t is not None)
         assert at[0] == first and len(at) == count, name
         assert sorted(w for w in s.weight if w < 1) == pytest.approx([0.1 * j for j in range(count)])
-    authors = ReputationParams.preset("authors")
+    authors = ReputationSettings.preset("authors")
     assert (authors.downweight_target, authors.window_scope, authors.sequential_update) == (
         "combatant",
         "iteration",
@@ -187,7 +187,7 @@ def test_matchmaking_is_replayable_from_the_duels_table():
     prompts = pd.DataFrame(
         {"prompt_id": [f"p{i}" for i in range(800)], "prompt": "q", "answer": None, "domain": "d"}
     )
-    params = MatchParams(alpha=0.6, top_k=3)
+    params = MatchSettings(alpha=0.6, top_k=3)
     duels = match_round(plan_iteration(prompts, members, 800, 1, 5, 1), members, rep, params, 5, 0)
     back = tables.to_arrow(duels, "duels").to_pandas()
     for d in back.itertuples(index=False):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from sparta import tables
 from sparta.matchmaking import (
-    MatchParams,
+    MatchSettings,
     PoolError,
     check_pool,
     match_round,
@@ -30,7 +30,7 @@ def prompts(n):
     )
 
 
-def duels_for(members, reps, n, seed, params=MatchParams(), iteration=1, rounds=1):
+def duels_for(members, reps, n, seed, params=MatchSettings(), iteration=1, rounds=1):
     plan = plan_iteration(prompts(n), members, n, rounds, seed, iteration)
     rep = dict(zip(members, reps))
     return pd.concat([match_round(plan, members, rep, params, seed, r) for r in range(rounds)])
@@ -62,7 +62,7 @@ def test_duel_table_fits_schema_and_ids_are_unique():
 )
 def test_never_pairs_a_member_with_itself(m, seed, alpha, k, reps):
     members = [f"m{i}" for i in range(m)]
-    d = duels_for(members, reps[:m], 2 * m + 1, seed, MatchParams(alpha=alpha, top_k=k))
+    d = duels_for(members, reps[:m], 2 * m + 1, seed, MatchSettings(alpha=alpha, top_k=k))
     assert (d["model_a"] != d["model_b"]).all()
     assert set(d["model_b"]) <= set(members)
 
@@ -77,7 +77,7 @@ def test_never_pairs_a_member_with_itself(m, seed, alpha, k, reps):
 def test_alpha_zero_draws_only_among_k_closest(m, seed, k, reps):
     reps = np.array(reps[:m])
     members = [f"m{i}" for i in range(m)]
-    d = duels_for(members, reps, 3 * m, seed, MatchParams(alpha=0.0, top_k=k))
+    d = duels_for(members, reps, 3 * m, seed, MatchSettings(alpha=0.0, top_k=k))
     for a, b in zip(d["model_a"], d["model_b"]):
         i, j = members.index(a), members.index(b)
         others = np.delete(np.abs(reps - reps[i]), i)
@@ -87,7 +87,7 @@ def test_alpha_zero_draws_only_among_k_closest(m, seed, k, reps):
 
 def test_alpha_zero_with_k1_picks_the_closest():
     members = ["a", "b", "c", "d"]
-    d = duels_for(members, [100, 150, 104, 300], 40, seed=3, params=MatchParams(alpha=0, top_k=1))
+    d = duels_for(members, [100, 150, 104, 300], 40, seed=3, params=MatchSettings(alpha=0, top_k=1))
     closest = {"a": "c", "b": "c", "c": "a", "d": "b"}
     assert all(closest[a] == b for a, b in zip(d["model_a"], d["model_b"]))
 
@@ -95,11 +95,11 @@ def test_alpha_zero_with_k1_picks_the_closest():
 def test_alpha_one_and_ablations_reach_everyone():
     members = ["a", "b", "c", "d", "e"]
     reps = [100, 101, 102, 500, 900]
-    far = duels_for(members, reps, 200, seed=5, params=MatchParams(alpha=1.0, top_k=1))
+    far = duels_for(members, reps, 200, seed=5, params=MatchSettings(alpha=1.0, top_k=1))
     assert set(far[far["model_a"] == "a"]["model_b"]) == {"b", "c", "d", "e"}
-    no_topk = duels_for(members, reps, 200, 5, MatchParams(alpha=0.0, top_k=1, top_k_restriction=False))
+    no_topk = duels_for(members, reps, 200, 5, MatchSettings(alpha=0.0, top_k=1, top_k_restriction=False))
     assert set(no_topk[no_topk["model_a"] == "a"]["model_b"]) == {"b", "c", "d", "e"}
-    no_rand = duels_for(members, reps, 200, 5, MatchParams(alpha=1.0, top_k=1, randomness=False))
+    no_rand = duels_for(members, reps, 200, 5, MatchSettings(alpha=1.0, top_k=1, randomness=False))
     assert set(no_rand[no_rand["model_a"] == "a"]["model_b"]) == {"b"}
 
 
@@ -126,11 +126,11 @@ def test_errors_name_the_problem():
     with pytest.raises(PoolError, match="unique"):
         check_pool(["a", "b", "a"])
     with pytest.raises(PoolError, match="top_k"):
-        MatchParams(top_k=0)
+        MatchSettings(top_k=0)
     with pytest.raises(PoolError, match="alpha"):
-        MatchParams(alpha=1.5)
+        MatchSettings(alpha=1.5)
     with pytest.raises(PoolError, match="alpha"):
-        MatchParams(alpha=-0.1)
+        MatchSettings(alpha=-0.1)
     with pytest.raises(PoolError, match="empty"):
         plan_iteration(prompts(0), ["a", "b", "c"], 5, 1, 0, 1)
     with pytest.raises(PoolError, match="no reputation"):
@@ -138,7 +138,7 @@ def test_errors_name_the_problem():
             plan_iteration(prompts(3), ["a", "b", "c"], 3, 1, 0, 1),
             ["a", "b", "c"],
             {"a": 100},
-            MatchParams(),
+            MatchSettings(),
             0,
             0,
         )
@@ -149,6 +149,6 @@ def test_pick_opponent_randomness_does_not_depend_on_branch():
     branch never shifts the next duel's draws."""
     reps = np.array([100.0, 100, 100, 100])
     r1, r2 = rng_for(0, 1, 0, 2), rng_for(0, 1, 0, 2)
-    assert pick_opponent(0, reps, MatchParams(alpha=0.0), r1)[1] == "top_k"
-    assert pick_opponent(0, reps, MatchParams(alpha=1.0), r2)[1] == "uniform"
+    assert pick_opponent(0, reps, MatchSettings(alpha=0.0), r1)[1] == "top_k"
+    assert pick_opponent(0, reps, MatchSettings(alpha=1.0), r2)[1] == "uniform"
     assert r1.random() == r2.random()

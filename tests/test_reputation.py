@@ -13,7 +13,7 @@ from sparta import tables
 from sparta.reputation import (
     AggregationError,
     PoolState,
-    ReputationParams,
+    ReputationSettings,
     aggregate_round,
     begin_iteration,
     kappa,
@@ -47,7 +47,7 @@ def test_first_update_equal_reputations_eps_dominates():
     | R_a, R_b after                | 100.0068591, 99.9931409                 |
     | deviations                    | unchanged 0.5 (only 1 delta in window)  |
     """
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p)
     k, ra, da, rb, db = update(s, 0, 1, 8.0, 5.0, p)
     assert k == pytest.approx(9.8951926, abs=1e-6)
@@ -68,7 +68,7 @@ def test_update_hits_reputation_floor():
     | R_a = max(10.5 - 37.91, floor 10)          | 10.0 (actual delta -0.5)  |
     | delta_b = +37.912838                       | R_b = 49.912838           |
     """
-    p = ReputationParams(kappa_start=10, kappa_min=10, scale=1)
+    p = ReputationSettings(kappa_start=10, kappa_min=10, scale=1)
     s = state_with(p, reputation=[10.5, 12, 100, 100], deviation=[1, 1, 0.5, 0.5])
     _, ra, _, rb, _ = update(s, 0, 1, 2.0, 9.0, p)
     assert ra == 10.0
@@ -90,7 +90,7 @@ def test_deviation_after_more_than_window_updates():
     | sigma, ddof 1: sqrt(0.3099441/2)           | 0.3936653                      |
     """
     for ddof, expected in ((0, 0.3214264), (1, 0.3936653)):
-        p = ReputationParams(kappa_start=1, kappa_min=1, scale=1, eps=1.0, window=3, ddof=ddof)
+        p = ReputationSettings(kappa_start=1, kappa_min=1, scale=1, eps=1.0, window=3, ddof=ddof)
         s = state_with(p, deltas=[[0.3, -0.2, 0.5], [], [], []])
         _, _, da, _, db = update(s, 0, 1, 6.0, 5.0, p)
         assert s.deltas[0] == [-0.2, 0.5, pytest.approx(0.4621172, abs=1e-7)]
@@ -106,7 +106,7 @@ def test_paper_preset_same_duel():
     | delta_a = 1*3*tanh(0.5)*0.01     | +0.0138635     |
     | R_a, R_b after                   | 100.0138635, 99.9861365 |
     """
-    p = ReputationParams.preset("paper")
+    p = ReputationSettings.preset("paper")
     assert (p.kappa_start, p.scale, p.ddof) == (1.0, 1.0, 1)
     s = state_with(p)
     k, ra, _, rb, _ = update(s, 0, 1, 8.0, 5.0, p)
@@ -116,7 +116,7 @@ def test_paper_preset_same_duel():
 
 
 def test_kappa_schedule():
-    p = ReputationParams()
+    p = ReputationSettings()
     assert kappa(20, p) == pytest.approx(8.1)
     assert kappa(70, p) == 5.0  # 10 * 0.9**7 = 4.78 is floored at K_min
     s = PoolState.initial(MEMBERS, p)
@@ -126,14 +126,14 @@ def test_kappa_schedule():
     assert s.duels_this_iteration == 3
     begin_iteration(s, 2, p)
     assert s.duels_this_iteration == 0  # restarts each iteration
-    s2 = PoolState.initial(MEMBERS, ReputationParams(kappa_restart_each_iteration=False))
+    s2 = PoolState.initial(MEMBERS, ReputationSettings(kappa_restart_each_iteration=False))
     s2.duels_this_iteration = 3
-    begin_iteration(s2, 2, ReputationParams(kappa_restart_each_iteration=False))
+    begin_iteration(s2, 2, ReputationSettings(kappa_restart_each_iteration=False))
     assert s2.duels_this_iteration == 3
 
 
 def test_update_ablation_freezes_reputation():
-    p = ReputationParams(updates=False)
+    p = ReputationSettings(updates=False)
     s = state_with(p)
     update(s, 0, 1, 9, 1, p)
     assert s.reputation == [100.0] * 4 and s.deltas == [[]] * 4
@@ -142,7 +142,7 @@ def test_update_ablation_freezes_reputation():
 def test_downweighting_schedule():
     """Iteration 2 down-weights the lowest reputation to 0.0, iteration 3 the next to 0.1,
     iteration 4 the next to 0.2; weights are kept when reputations change; idempotent."""
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p, reputation=[50, 20, 80, 30])
     begin_iteration(s, 1, p)
     assert s.weight == [1, 1, 1, 1]
@@ -154,12 +154,12 @@ def test_downweighting_schedule():
     assert s.weight == [1, 0.0, 1, pytest.approx(0.1)]
     begin_iteration(s, 4, p)
     assert s.weight == [pytest.approx(0.2), 0.0, 1, pytest.approx(0.1)]
-    off = ReputationParams(downweighting=False)
+    off = ReputationSettings(downweighting=False)
     s2 = state_with(off, reputation=[50, 20, 80, 30])
     for t in (1, 2, 3):
         begin_iteration(s2, t, off)
     assert s2.weight == [1, 1, 1, 1]
-    capped = ReputationParams(downweight_max=1)
+    capped = ReputationSettings(downweight_max=1)
     s3 = state_with(capped, reputation=[50, 20, 80, 30])
     for t in (1, 2, 3, 4):
         begin_iteration(s3, t, capped)
@@ -169,7 +169,7 @@ def test_downweighting_schedule():
 def test_weighted_mean_skips_unusable_and_uses_weight_times_reputation():
     """Judges m2 (R 100, w 1) and m3 (R 50, w 0.5) score 8 and 4; m1 is unusable.
     mean = (100*8 + 25*4) / (100 + 25) = 900 / 125 = 7.2"""
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p, reputation=[100, 100, 100, 50])
     s.weight[3] = 0.5
     mean, used = weighted_mean([(1, None), (2, 8.0), (3, 4.0)], s)
@@ -221,7 +221,7 @@ def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
 
 
 def test_aggregate_round_makes_pair_and_updates():
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p)
     begin_iteration(s, 1, p)
     duels, resp, judg = _round_tables(
@@ -240,7 +240,7 @@ def test_aggregate_round_makes_pair_and_updates():
 
 
 def test_tie_is_dropped_and_counted():
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p)
     duels, resp, judg = _round_tables({("m2", "m0"): 5.0, ("m2", "m1"): 5.0})
     hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
@@ -248,7 +248,7 @@ def test_tie_is_dropped_and_counted():
 
 
 def test_judgments_of_combatants_are_ignored():
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p)
     duels, resp, judg = _round_tables({("m0", "m0"): 10.0, ("m0", "m1"): 1.0})
     hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
@@ -256,7 +256,7 @@ def test_judgments_of_combatants_are_ignored():
 
 
 def test_unknown_member_in_judgment_is_named():
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p)
     duels, resp, judg = _round_tables({("ghost", "m0"): 5.0})
     with pytest.raises(AggregationError, match="ghost"):
@@ -268,13 +268,13 @@ def test_unknown_member_in_judgment_is_named():
 
 def test_bad_params_are_named():
     with pytest.raises(ValueError, match="scale"):
-        ReputationParams(scale=0)
+        ReputationSettings(scale=0)
     with pytest.raises(ValueError, match="below the floor"):
-        ReputationParams(initial_reputation=5)
+        ReputationSettings(initial_reputation=5)
     with pytest.raises(ValueError, match="unknown reputation preset"):
-        ReputationParams.preset("glicko")
+        ReputationSettings.preset("glicko")
     with pytest.raises(ValueError, match="kapa"):
-        ReputationParams.preset("paper", kapa=2)
+        ReputationSettings.preset("paper", kapa=2)
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -289,7 +289,7 @@ preset = st.sampled_from(["sparta", "paper"])  # simultaneous updates: a swap mi
 @settings(max_examples=300, deadline=None)
 @given(reps, reps, devs, devs, scores, scores, windows, windows, preset, st.integers(0, 200))
 def test_winner_never_loses_loser_never_gains(ra, rb, sa, sb, xa, xb, wa, wb, name, n):
-    p = ReputationParams.preset(name)
+    p = ReputationSettings.preset(name)
     s = state_with(
         p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1], deltas=[wa[-10:], wb[-10:], [], []]
     )
@@ -308,7 +308,7 @@ def test_winner_never_loses_loser_never_gains(ra, rb, sa, sb, xa, xb, wa, wb, na
 @settings(max_examples=300, deadline=None)
 @given(reps, reps, devs, devs, scores, scores, windows, windows, preset)
 def test_swapping_a_and_b_mirrors_the_update(ra, rb, sa, sb, xa, xb, wa, wb, name):
-    p = ReputationParams.preset(name)
+    p = ReputationSettings.preset(name)
     s1 = state_with(
         p, reputation=[ra, rb, 100, 100], deviation=[sa, sb, 1, 1], deltas=[wa[-10:], wb[-10:], [], []]
     )
@@ -323,7 +323,7 @@ def test_swapping_a_and_b_mirrors_the_update(ra, rb, sa, sb, xa, xb, wa, wb, nam
 @given(st.lists(reps, min_size=4, max_size=4), st.lists(st.none() | scores, min_size=4, max_size=4))
 def test_no_verdict_changes_nothing(reputation, side_a):
     """Every judgment of b is unusable, so the duel has no verdict: state is untouched."""
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p, reputation=reputation)
     before = copy.deepcopy(s)
     judg = {("m2", "m0"): side_a[0], ("m3", "m0"): side_a[1], ("m2", "m1"): None, ("m3", "m1"): None}
@@ -336,7 +336,7 @@ def test_no_verdict_changes_nothing(reputation, side_a):
 
 
 def test_state_roundtrips_through_parquet(tmp_path):
-    p = ReputationParams()
+    p = ReputationSettings()
     s = state_with(p, reputation=[50, 20, 80, 30], deltas=[[0.1, -0.2], [], [3.0], []])
     begin_iteration(s, 2, p)
     s.round = 3

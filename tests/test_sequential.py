@@ -6,8 +6,8 @@ import zlib
 import pandas as pd
 
 from sparta import tables
-from sparta.matchmaking import MatchParams, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationParams, aggregate_round, begin_iteration
+from sparta.matchmaking import MatchSettings, match_round, plan_iteration
+from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration
 
 from .reference import run_sequential
 
@@ -96,8 +96,8 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
 
 
 def test_staged_with_one_duel_per_round_equals_sequential(tmp_path):
-    match = MatchParams(alpha=0.5, top_k=2)
-    for params in (ReputationParams(), ReputationParams.preset("paper")):
+    match = MatchSettings(alpha=0.5, top_k=2)
+    for params in (ReputationSettings(), ReputationSettings.preset("paper")):
         h1, p1, s1 = run_sequential(PROMPTS, MEMBERS, respond, judge, 3, 12, 11, match, params)
         h2, p2, s2 = staged(3, 12, 11, match, params, tmp_path, rounds=12)
         assert len(h1) == 36 and len(p1) > 10
@@ -112,8 +112,8 @@ def test_staged_with_one_duel_per_round_equals_sequential(tmp_path):
 def test_more_rounds_change_matching_not_the_rules(tmp_path):
     """With one round per iteration opponents come from a fixed snapshot: the history differs
     from the per-duel loop, but still has one row per duel and valid outcomes."""
-    match = MatchParams(alpha=0.0, top_k=1)
-    params = ReputationParams()
+    match = MatchSettings(alpha=0.0, top_k=1)
+    params = ReputationSettings()
     h, p, _ = staged(2, 12, 3, match, params, tmp_path, rounds=1)
     assert len(h) == 24 and set(h["outcome"]) <= {"a", "b", "tie", "no_verdict"}
     assert (h["round"] == 0).all()

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from . import tables
+from .fields import check_fields, setting
 
 # independent random streams; changing one never shifts another
 _STREAM_PROMPTS = 0
@@ -30,28 +31,41 @@ class PoolError(ValueError):
 
 
 @dataclass(frozen=True)
-class MatchParams:
-    """Match-making settings (paper section 2; defaults from the paper's run script)."""
+class MatchSettings:
+    """Who fights whom (paper section 2; defaults from the paper's run script)."""
 
-    alpha: float = 0.6
-    """Probability that the opponent is drawn uniformly from the other members."""
-    top_k: int = 5
-    """Otherwise the opponent is drawn among the k members closest in reputation."""
-    randomness: bool = True
-    """Ablation 'w/o randomness in match': False sets alpha to 0 (always top-k)."""
-    top_k_restriction: bool = True
-    """Ablation 'w/o top-k match': False draws every opponent uniformly (alpha = 1)."""
-    rounds_per_iteration: int = 1
-    """Rounds per iteration, each matched on the reputations after the previous one (authors
-    1; one duel per round is Algorithm 1 literally)."""
+    alpha: float = setting(
+        0.6,
+        ge=0,
+        le=1,
+        help="Probability that the opponent is drawn uniformly from the other members.",
+        constant="alpha (uniform opponent)",
+        source="paper",
+    )
+    top_k: int = setting(
+        5,
+        ge=1,
+        help="Otherwise the opponent is drawn among the k members closest in reputation.",
+        constant="top-k closest opponents",
+        source="paper",
+    )
+    randomness: bool = setting(
+        True, help="Ablation 'w/o randomness in match' when false: alpha is 0 (always top-k)."
+    )
+    top_k_restriction: bool = setting(
+        True, help="Ablation 'w/o top-k match' when false: every opponent is uniform (alpha 1)."
+    )
+    rounds_per_iteration: int = setting(
+        1,
+        ge=1,
+        help="Rounds per iteration, each matched on the reputations after the previous one "
+        "(authors 1; one duel per round is Algorithm 1 literally).",
+        constant="rounds per iteration",
+        source="authors' code",
+    )
 
     def __post_init__(self):
-        if not 0.0 <= self.alpha <= 1.0:
-            raise PoolError(f"matchmaking alpha must be in [0, 1], got {self.alpha}")
-        if int(self.top_k) != self.top_k or self.top_k < 1:
-            raise PoolError(f"matchmaking top_k must be an integer >= 1, got {self.top_k}")
-        if self.rounds_per_iteration < 1:
-            raise PoolError(f"rounds_per_iteration must be >= 1, got {self.rounds_per_iteration}")
+        check_fields(self, PoolError, "matchmaking ")
 
     @property
     def effective_alpha(self) -> float:
@@ -137,7 +151,7 @@ def plan_iteration(
 
 
 def pick_opponent(
-    first: int, reputations: np.ndarray, params: MatchParams, rng: np.random.Generator
+    first: int, reputations: np.ndarray, params: MatchSettings, rng: np.random.Generator
 ) -> tuple[int, str, list[int]]:
     """The opponent of member ``first`` (never ``first`` itself): (index, branch, candidates),
     branch ``uniform`` (probability alpha) or ``top_k``, candidates the indices it was drawn
@@ -165,7 +179,7 @@ def match_round(
     plan: pd.DataFrame,
     members: Sequence[str],
     reputations: Mapping[str, float],
-    params: MatchParams,
+    params: MatchSettings,
     seed: int,
     round_: int,
 ) -> pd.DataFrame:

@@ -3,8 +3,8 @@ and preference selection. (The literal sequential loop of Algorithm 1, the refer
 staged workflow is tested against, lives beside the tests: tests/reference.py.)
 
 Pure Python and numpy: no model, no heavy import. Every constant is a field of
-:class:`ReputationParams`; its defaults are the authors' code's values, and
-``ReputationParams.preset("paper")`` follows the paper's text instead.
+:class:`ReputationSettings`; its defaults are the authors' code's values, and
+``ReputationSettings.preset("paper")`` follows the paper's text instead.
 
 Eq. (1), for a duel of members i and i' with aggregated scores s_i and s_i'::
 
@@ -25,11 +25,13 @@ import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from . import tables
+from . import fields, tables
+from .fields import setting
 from .matchmaking import check_pool
 
 _SQRT2 = math.sqrt(2.0)
@@ -40,91 +42,189 @@ class AggregationError(ValueError):
 
 
 @dataclass(frozen=True)
-class ReputationParams:
-    """Constants and choices of the reputation system. Defaults (preset ``sparta``): the
-    authors' code's constants where the paper gives none, the paper's algorithm where it is
-    explicit (down-weighting of judges from iteration 2, both combatants updated from their
-    pre-duel values). Preset ``authors`` is their code throughout, ``paper`` its text."""
+class ReputationSettings:
+    """Eq. (1) and down-weighting: the constants and choices of the reputation system.
+    Defaults (preset ``sparta``): the authors' code's constants where the paper gives none,
+    the paper's algorithm where it is explicit (down-weighting of judges from iteration 2,
+    both combatants updated from their pre-duel values). Preset ``authors`` is their code
+    throughout, ``paper`` its text; any key overrides the preset."""
 
-    kappa_start: float = 10.0
-    """K_0: kappa at the start of an iteration (paper: kappa = 1)."""
-    kappa_min: float = 5.0
-    """K_min: kappa never decays below this."""
-    kappa_decay: float = 0.9
-    """kappa_n = max(K_min, K_0 * decay ** (n / decay_steps))."""
-    kappa_decay_steps: float = 10.0
-    kappa_restart_each_iteration: bool = True
-    """The duel counter n restarts at every iteration (authors' code)."""
-    scale: float = 20.0
-    """Divisor of every update (authors' default mode; the paper has none, i.e. 1)."""
-    eps: float = 0.01
-    """Lower bound of |Phi(z_i) - Phi(z_i')|."""
-    window: int = 10
-    """N: the deviation is the std of a member's last N reputation changes (per duel)."""
-    window_scope: str = "run"
-    """run: the window of recent changes carries across iterations; iteration: it starts empty
-    every iteration and only the deviation carries over (authors' code)."""
-    sigma_min: float = 0.1
-    ddof: int = 0
-    """Delta degrees of freedom of that std: 0 in the authors' code (numpy), 1 in the paper."""
-    min_deltas: int = 2
-    """The deviation is recomputed only once the window holds this many changes."""
-    floor: float = 10.0
-    """Reputations never go below this."""
-    initial_reputation: float = 100.0
-    initial_deviation: float = 0.5
-    updates: bool = True
-    """Ablation 'w/o reputation updates': False keeps every reputation at its initial value."""
-    downweighting: bool = True
-    """Appendix C.1 judge down-weighting; False is the ablation 'w/o downweighting'."""
-    downweight_gamma: float = 0.1
-    """The j-th member down-weighted (0-based) gets judge weight gamma * j."""
-    downweight_start: int = 2
-    """First iteration (1-based) that down-weights a member."""
-    downweight_max: int | None = None
-    """At most this many members are ever down-weighted (None: one more every iteration, as
-    the paper; the authors' code stops after six)."""
-    downweight_target: str = "judge"
-    """judge: the weight multiplies the member's reputation as a judge (paper C.1);
-    combatant: it multiplies the aggregated score the member receives in its own duels, for
-    the reputation update only, and judges weigh by reputation alone (authors' code)."""
-    sequential_update: bool = False
-    """False: both combatants are updated from their pre-duel values (paper). True: the second
-    combatant's z uses the first one's updated reputation (authors' code)."""
+    kappa_start: float = setting(
+        10.0,
+        ge=0,
+        help="K0, kappa at the start of an iteration (authors 10; paper kappa = 1).",
+        constant="kappa start K0",
+        source="authors' code",
+    )
+    kappa_min: float = setting(
+        5.0,
+        ge=0,
+        help="K_min, kappa never decays below it (authors 5).",
+        constant="kappa floor K_min",
+        source="authors' code",
+    )
+    kappa_decay: float = setting(
+        0.9,
+        gt=0,
+        le=1,
+        help="kappa_n = max(K_min, K0 * decay^(n / decay_steps)) (authors 0.9).",
+        constant="kappa decay",
+        shown="0.9 per `decay_steps` duels",
+        source="authors' code",
+    )
+    kappa_decay_steps: float = setting(
+        10.0,
+        gt=0,
+        help="Duels per decay step (authors 10).",
+        constant="kappa decay steps",
+        source="authors' code",
+    )
+    kappa_restart_each_iteration: bool = setting(
+        True,
+        help="The duel counter n restarts every iteration (authors true).",
+        constant="kappa restarts each iteration",
+        source="authors' code",
+    )
+    scale: float = setting(
+        20.0,
+        gt=0,
+        help="Divisor of every update (authors 20; paper 1).",
+        constant="update divisor",
+        source="authors' code",
+        paper="1 (none)",
+    )
+    eps: float = setting(
+        0.01,
+        ge=0,
+        le=1,
+        help="Lower bound of |Phi(z_i) - Phi(z_j)| (authors 0.01).",
+        constant="eps (floor of the Phi term)",
+        source="authors' code",
+    )
+    window: int = setting(
+        10,
+        ge=2,
+        help="N, the deviation is the std of the last N reputation changes, per duel (authors 10).",
+        constant="deviation window N",
+        shown="10 changes, per duel",
+        source="authors' code (the paper's text: per iteration)",
+    )
+    window_scope: Literal["run", "iteration"] = setting(
+        "run",
+        help="run: the window of recent changes carries across iterations; iteration: it starts "
+        "empty every iteration and only the deviation carries over (authors).",
+        constant="window of changes",
+        shown="carried across iterations",
+        source='paper ("recent iterations")',
+        authors="starts empty every iteration, sigma carries over",
+    )
+    sigma_min: float = setting(
+        0.1,
+        gt=0,
+        help="Lower bound of the deviation (authors 0.1).",
+        constant="sigma_min",
+        source="authors' code",
+    )
+    ddof: Literal[0, 1] = setting(
+        0,
+        help="Delta degrees of freedom of that std (authors 0, numpy; paper 1).",
+        constant="std ddof",
+        shown="0 (numpy)",
+        source="authors' code",
+        paper="1 (N - 1)",
+    )
+    min_deltas: int = setting(
+        2,
+        ge=1,
+        help="Changes needed before the deviation is recomputed; more than ddof (authors 2).",
+        constant="deltas before sigma is recomputed",
+        source="authors' code",
+    )
+    floor: float = setting(
+        10.0,
+        ge=0,
+        help="Reputations never go below it (authors 10).",
+        constant="reputation floor",
+        source="authors' code",
+    )
+    initial_reputation: float = setting(
+        100.0,
+        gt=0,
+        help="Everyone starts here; at least the floor (authors 100).",
+        constant="initial reputation",
+        source="authors' code",
+    )
+    initial_deviation: float = setting(
+        0.5,
+        gt=0,
+        help="Everyone starts with this deviation (authors 0.5).",
+        constant="initial deviation",
+        source="authors' code",
+    )
+    updates: bool = setting(
+        True, help="Ablation 'w/o reputation updates' when false: every reputation stays initial."
+    )
+    downweighting: bool = setting(
+        True, help="Appendix C.1 judge down-weighting; false is the ablation 'w/o downweighting'."
+    )
+    downweight_gamma: float = setting(
+        0.1,
+        ge=0,
+        le=1,
+        help="Appendix C.1 gamma: the j-th member down-weighted (0-based) gets weight gamma * j.",
+        constant="down-weighting gamma",
+        source="paper C.1",
+    )
+    downweight_start: int = setting(
+        2,
+        ge=1,
+        help="First iteration (1-based) that down-weights a member (paper 2; authors 3).",
+        constant="down-weighting from iteration",
+        source="paper C.1",
+        authors="3 (their index 2)",
+    )
+    downweight_max: int | None = setting(
+        None,
+        ge=0,
+        help="Cap on members ever down-weighted (null: one more every iteration, as the paper; authors 6).",
+        constant="max members down-weighted",
+        shown="none: one more every iteration",
+        source="paper C.1",
+        authors="6 (frozen after their index 7)",
+    )
+    downweight_target: Literal["judge", "combatant"] = setting(
+        "judge",
+        help="judge: the weight lowers the member's say as a judge (paper C.1); combatant: it "
+        "multiplies the scores the member receives in its own duels, for the update only, and "
+        "judges weigh by reputation alone (authors).",
+        constant="down-weighting applies to",
+        shown="the member as a judge",
+        source="paper C.1",
+        authors="the scores it receives as a combatant (update only)",
+    )
+    sequential_update: bool = setting(
+        False,
+        help="false: both combatants are updated from their pre-duel values (paper); true: the "
+        "second one's z uses the first one's new reputation (authors).",
+        constant="second combatant's z",
+        shown="from pre-duel values (both)",
+        source="paper",
+        authors="uses the first one's new reputation",
+    )
 
     def __post_init__(self):
-        problems = []
-        if self.scale <= 0:
-            problems.append(f"scale must be > 0, got {self.scale}")
-        if self.eps < 0:
-            problems.append(f"eps must be >= 0, got {self.eps}")
-        if self.window < 2:
-            problems.append(f"window must be >= 2, got {self.window}")
-        if self.sigma_min <= 0:
-            problems.append(f"sigma_min must be > 0, got {self.sigma_min}")
-        if self.ddof not in (0, 1):
-            problems.append(f"ddof must be 0 or 1, got {self.ddof}")
+        problems = fields.problems(self)  # bounds and choices, as the config schema says
         if self.min_deltas < self.ddof + 1:
             problems.append(f"min_deltas must be > ddof, got {self.min_deltas}")
         if self.initial_reputation < self.floor:
             problems.append(
                 f"initial_reputation ({self.initial_reputation}) is below the floor ({self.floor})"
             )
-        if self.initial_deviation <= 0:
-            problems.append(f"initial_deviation must be > 0, got {self.initial_deviation}")
-        if self.kappa_decay_steps <= 0:
-            problems.append(f"kappa_decay_steps must be > 0, got {self.kappa_decay_steps}")
-        if self.kappa_start < 0 or self.kappa_min < 0:
-            problems.append("kappa_start and kappa_min must be >= 0 (a negative kappa flips every update)")
-        if self.window_scope not in ("run", "iteration"):
-            problems.append(f"window_scope must be run or iteration, got {self.window_scope!r}")
-        if self.downweight_target not in ("judge", "combatant"):
-            problems.append(f"downweight_target must be judge or combatant, got {self.downweight_target!r}")
         if problems:
             raise ValueError("reputation settings: " + "; ".join(problems))
 
     @classmethod
-    def preset(cls, name: str = "sparta", **overrides) -> ReputationParams:
+    def preset(cls, name: str = "sparta", **overrides) -> ReputationSettings:
         """``sparta`` (the defaults), ``authors`` (their code throughout) or ``paper`` (its
         text: kappa = 1, no divisor, ddof 1); keyword overrides win over the preset."""
         if name not in PRESETS:
@@ -151,7 +251,7 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def kappa(n: int, params: ReputationParams) -> float:
+def kappa(n: int, params: ReputationSettings) -> float:
     """kappa for the n-th verdict (1-based) of an iteration."""
     decayed = params.kappa_start * params.kappa_decay ** (n / params.kappa_decay_steps)
     return max(params.kappa_min, decayed)
@@ -176,7 +276,7 @@ class PoolState:
         self.index = {m: i for i, m in enumerate(self.members)}
 
     @classmethod
-    def initial(cls, members: Sequence[str], params: ReputationParams) -> PoolState:
+    def initial(cls, members: Sequence[str], params: ReputationSettings) -> PoolState:
         members = check_pool(members)
         m = len(members)
         return cls(
@@ -224,7 +324,7 @@ class PoolState:
         )
 
 
-def begin_iteration(state: PoolState, iteration: int, params: ReputationParams) -> PoolState:
+def begin_iteration(state: PoolState, iteration: int, params: ReputationSettings) -> PoolState:
     """Start iteration ``iteration`` (1-based): restart kappa and apply appendix C.1.
 
     From ``downweight_start`` on, the member with the lowest reputation (at the end of the
@@ -262,7 +362,7 @@ def _std(values: list[float], ddof: int) -> float:
 
 
 def update(
-    state: PoolState, a: int, b: int, score_a: float, score_b: float, params: ReputationParams
+    state: PoolState, a: int, b: int, score_a: float, score_b: float, params: ReputationSettings
 ) -> tuple[float, float, float, float, float]:
     """Apply Eq. (1) to members a and b (indices) in place, from their pre-duel values.
 
@@ -453,7 +553,7 @@ def aggregate_round(
     duels: pd.DataFrame,
     responses: pd.DataFrame,
     judgments: pd.DataFrame,
-    params: ReputationParams,
+    params: ReputationSettings,
 ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Aggregate one round's judgments and update ``state`` duel by duel, in table order.
 

