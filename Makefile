@@ -2,7 +2,7 @@
 # on 2 cores); `make test-all` is the full suite that CI runs (the README's test command).
 PY ?= python
 
-.PHONY: test test-all lint format
+.PHONY: test test-all lint format schema
 
 test:
 	$(PY) -m pytest -q -m "not slow"
@@ -19,3 +19,6 @@ lint:
 format:
 	ruff format .
 	ruff check --fix .
+
+schema:  # the config schema and README.md's constants table, from the settings dataclasses
+	$(PY) -m sparta.schema --write

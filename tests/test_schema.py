@@ -64,3 +64,11 @@ def test_dataclasses_check_the_declared_bounds():
         ReputationSettings(window_scope="epoch")
     with pytest.raises(PoolError, match="rounds_per_iteration must be >= 1"):
         MatchSettings(rounds_per_iteration=0)
+
+
+def test_method_choices_are_the_registered_methods():
+    import typing
+
+    from sparta.methods import METHODS
+
+    assert typing.get_args(typing.get_type_hints(Settings)["method"]) == METHODS

@@ -39,7 +39,7 @@ def setting(
     (a pattern, minItems, or a type that replaces the derived one). Keywords ``constant``,
     ``source``, ``shown``, ``authors``, ``paper`` and ``key`` put the setting in the README's
     constants table (see :mod:`sparta.schema`)."""
-    bounds = {k: v for k, v in {"ge": ge, "le": le, "gt": gt, "lt": lt}.items() if v is not None}
+    bounds = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}
     metadata = {"help": help, "bounds": bounds, "schema": dict(schema or {}), "table": table}
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)

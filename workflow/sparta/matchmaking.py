@@ -11,8 +11,10 @@ so the same inputs give the same duel table on any machine.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -94,7 +96,9 @@ def rng_for(seed: int, iteration: int, round_: int, stream: int) -> np.random.Ge
     return np.random.default_rng(np.random.SeedSequence([seed, iteration, round_, stream]))
 
 
-SCHEDULES = ("fixed", "resample")
+Schedule = Literal["fixed", "resample"]
+"""How prompts are drawn each iteration (the type of prompts.schedule)."""
+SCHEDULES = typing.get_args(Schedule)
 
 
 def draw_prompts(

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .fields import inherit, setting, subset
-from .matchmaking import MatchSettings
+from .matchmaking import MatchSettings, Schedule
 from .reputation import ReputationSettings
 
 
@@ -482,7 +482,7 @@ class PromptSettings:
     per_iteration: int = setting(
         1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
     )
-    schedule: Literal["fixed", "resample"] = setting(
+    schedule: Schedule = setting(
         "fixed",
         help="fixed: the same prompts every iteration, as Algorithm 1 and the authors' code; "
         "resample: a new random draw each iteration.",
