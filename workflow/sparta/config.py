@@ -1,7 +1,8 @@
 """Checks of a config that run before any job starts.
 
-Snakemake validates the config against ``workflow/schemas/config.schema.yaml`` (types,
-bounds, typos); :func:`load` builds the typed :class:`~sparta.settings.Settings` and
+:func:`validate` checks the config against ``workflow/schemas/config.schema.yaml`` (types,
+bounds, typos; generated from the settings dataclasses by ``python -m sparta.schema
+--write``); :func:`load` builds the typed :class:`~sparta.settings.Settings` and
 :func:`check` then looks at the world: model folders, adapters, prompt files, tasks. Every
 message names the config key or file to fix.
 """
@@ -77,8 +78,6 @@ def _read_numbers(value, node: dict, root: dict, where: str, problems: list[str]
     """``value`` with every number read by its meaning, where the schema ``node`` says a
     number: text such as ``"1e-6"`` becomes the number, an integral float of an integer key
     the integer; a NaN or an infinity anywhere is a problem (no setting means it)."""
-    if "$ref" in node:
-        node = {**root["$defs"][node["$ref"].rsplit("/", 1)[-1]], **node}
     types = _types(node)
     if isinstance(value, dict):
         props = node.get("properties", {})

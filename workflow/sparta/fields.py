@@ -37,7 +37,7 @@ def setting(
     """A dataclass field: its default (or ``factory``), its help text, numeric bounds (ge >=,
     le <=, gt >, lt <) and ``schema``: JSON-schema keywords the type and bounds cannot say
     (a pattern, minItems, or a type that replaces the derived one). Keywords ``constant``,
-    ``source``, ``shown``, ``authors``, ``paper`` and ``key`` put the setting in the README's
+    ``source``, ``shown``, ``authors`` and ``paper`` put the setting in the README's
     constants table (see :mod:`sparta.schema`)."""
     bounds = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}
     metadata = {"help": help, "bounds": bounds, "schema": dict(schema or {}), "table": table}
@@ -58,13 +58,9 @@ def inherit(base: type, name: str, default: Any, help: str | None = None, **tabl
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def help_of(f: dataclasses.Field) -> str:
-    return f.metadata.get("help", "")
-
-
 def choices(hint: Any) -> tuple | None:
-    """The values a ``Literal[...]`` hint allows (None stays out), or None when it is no
-    Literal; ``Literal[...] | None`` allows None too (the schema says so)."""
+    """The values a ``Literal[...]`` hint (or ``Literal[...] | None``) allows, None left out;
+    None when the hint is no Literal."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         found = [choices(a) for a in typing.get_args(hint) if a is not type(None)]
         return found[0] if len(found) == 1 else None

@@ -26,7 +26,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from .fields import BOUNDS, MISSING
+from .fields import BOUNDS, MISSING, choices
 from .reputation import PRESETS
 from .settings import NAME, Settings
 
@@ -273,8 +273,6 @@ def _lookup(config: dict, key: str) -> Any:
 def table_rows(embedded: dict) -> list[tuple[str, ...]]:
     """One row per constant (settings declared with ``constant=``); settings of one constant
     with the same value (generation.top_p, judge.top_p) share a row."""
-    from .fields import choices
-
     rows: dict[tuple, list[str]] = {}
     for key, f, hint, default in _settings(Settings):
         table = f.metadata.get("table", {})
