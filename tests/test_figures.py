@@ -85,14 +85,15 @@ def test_every_figure_writes_a_png(tmp_path):
             "rewards_margins": [0.01, 0.05, -0.01, 0.1],
         }
     )
-    held_out = pd.DataFrame(
+    held_out = pd.DataFrame(  # two DPO iterations: every member twice before and after
         {
-            "member": ["x", "x", "y", "y"],
-            "when": ["before", "after", "before", "after"],
-            "pairs": 12,
-            "accuracy": [0.5, 0.58, 0.42, 0.5],
-            "accuracy_low": [0.25, 0.32, 0.19, 0.25],
-            "accuracy_high": [0.75, 0.81, 0.68, 0.75],
+            "iteration": [1, 1, 1, 1, 2, 2, 2, 2],
+            "member": ["x", "x", "y", "y"] * 2,
+            "when": ["before", "after", "before", "after"] * 2,
+            "pairs": [12] * 4 + [9] * 4,
+            "accuracy": [0.5, 0.58, 0.42, 0.5] * 2,
+            "accuracy_low": [0.25, 0.32, 0.19, 0.25] * 2,
+            "accuracy_high": [0.75, 0.81, 0.68, 0.75] * 2,
         }
     )
     made = {

@@ -239,15 +239,21 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
     ax.legend(fontsize=7, ncol=2)
     if len(held_out):
         members = sorted(held_out["member"].unique())
-        for k, when in enumerate(("before", "after")):
-            h = held_out[held_out["when"] == when].set_index("member").reindex(members)
-            x = np.arange(len(members)) + (k - 0.5) * 0.35
+        iterations = sorted(held_out["iteration"].unique())  # one before/after pair per DPO
+        bars = [(i, when) for i in iterations for when in ("before", "after")]
+        width = 0.8 / len(bars)
+        for k, (i, when) in enumerate(bars):
+            sel = (held_out["iteration"] == i) & (held_out["when"] == when)
+            h = held_out[sel].set_index("member").reindex(members)
+            x = np.arange(len(members)) + (k - (len(bars) - 1) / 2) * width
             y = h["accuracy"].to_numpy(dtype=float)
             err = _err(y, h["accuracy_low"], h["accuracy_high"])
-            axh.bar(x, y, 0.35, yerr=err, capsize=3, label=f"{when} its DPO")
+            label = f"{when} its DPO" if len(iterations) == 1 else f"iteration {i}: {when} its DPO"
+            axh.bar(x, y, width, yerr=err, capsize=2, label=label)
         axh.set_xticks(range(len(members)), members, rotation=20)
-        n = int(held_out["pairs"].max())
-        axh.set_title(f"Held-out pairs (next iteration, n = {n} per member)")
+        n = sorted({int(v) for v in held_out["pairs"]})
+        n_text = str(n[0]) if len(n) == 1 else f"{n[0]}-{n[-1]}"
+        axh.set_title(f"Held-out pairs (next iteration, n = {n_text} per member)")
     else:
         axh.text(0.5, 0.5, "one iteration only: no next iteration's pairs", ha="center", va="center")
         axh.set_title("Held-out pairs")
