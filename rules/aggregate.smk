@@ -6,19 +6,19 @@ rule aggregate:
     becomes a preference pair at its own time."""
     input:
         state=previous_state,
-        duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
+        duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
         responses=round_tables("responses"),
         judgments=round_tables("judgments"),
     output:
-        state="results/{exp}/iter_{t}/round_{r}/state.parquet",
-        history="results/{exp}/iter_{t}/round_{r}/history.parquet",
-        preferences="results/{exp}/iter_{t}/round_{r}/preferences.parquet",
+        state=layout.round_table("{exp}", "{t}", "{r}", "state"),
+        history=layout.round_table("{exp}", "{t}", "{r}", "history"),
+        preferences=layout.round_table("{exp}", "{t}", "{r}", "preferences"),
     params:
         method=method,
         baselines=baselines,
         **settings("reputation"),
     log:
-        "results/{exp}/logs/iter_{t}/round_{r}/aggregate.log",
+        layout.log("{exp}", "aggregate", t="{t}", r="{r}"),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -31,9 +31,9 @@ rule gather_preferences:
     input:
         rounds=iteration_tables("preferences"),
     output:
-        preferences="results/{exp}/iter_{t}/preferences.parquet",
+        preferences=layout.preferences("{exp}", "{t}"),
     log:
-        "results/{exp}/logs/iter_{t}/gather_preferences.log",
+        layout.log("{exp}", "gather_preferences", t="{t}"),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -44,13 +44,13 @@ rule gather_preferences:
 rule finalize:
     """The whole reputation history and the final standings of the run."""
     input:
-        histories=run_tables("history.parquet"),
+        histories=run_tables("history"),
         state=last_state,
     output:
-        history="results/{exp}/reputation_history.parquet",
-        state="results/{exp}/final_state.parquet",
+        history=layout.run_file("{exp}", "reputation_history.parquet"),
+        state=layout.run_file("{exp}", "final_state.parquet"),
     log:
-        "results/{exp}/logs/finalize.log",
+        layout.log("{exp}", "finalize"),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -5,19 +5,19 @@ rule combat:
     """Each member answers every prompt of the round's duels it fights in (batched). One job
     per member (fanout: member) or one job for the whole pool (fanout: pool)."""
     input:
-        duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
+        duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
         members=served_member_jsons("member"),
     output:
-        responses=fanout_output("results/{exp}/iter_{t}/round_{r}/responses/{member}.parquet"),
+        responses=fanout_output(layout.member_table("{exp}", "{t}", "{r}", "responses", "{member}")),
     params:
-        members=lambda wc: served(wc),
+        members=served_names(),
         method=method,
         baselines=baselines,
         **settings("runtime", "backend", "generation"),
     log:
-        f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.log",
+        layout.log("{exp}", fanout_name("combat"), t="{t}", r="{r}"),
     benchmark:
-        f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('combat')}.tsv"
+        layout.benchmark("{exp}", fanout_name("combat"), t="{t}", r="{r}")
     threads: model_threads("combat")
     resources:
         **stage_resources("combat"),

@@ -9,6 +9,7 @@ import re
 import sys
 
 from sparta import config as sparta_config
+from sparta import layout
 from sparta import locks
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
@@ -33,15 +34,15 @@ locks.install(workflow, STUDY.name, "study" if STUDY.is_study else "experiment")
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
 EXPERIMENTS = list(STUDY.experiments)
-S = STUDY.experiments[EXPERIMENTS[0]]  # study-wide settings: fan-out, backend, resources
+WIDE = STUDY.settings  # the study-wide settings (sparta.study.StudySettings): fan-out, backend, resources
 MEMBER_SPECS = {m.name: m for s in RUNS.values() for m in s.members}
 MEMBERS = list(MEMBER_SPECS)  # every member of every run (one pool: one list)
 SFT_MEMBERS = [name for name, m in MEMBER_SPECS.items() if m.sft_domain]
 GGUF_BASES = sorted({k for s in RUNS.values() for k, v in s.base_models.items() if v.gguf_file})
-FANOUT = S.fanout  # member: one job per member / judge; pool: one job serves all
-DPO_FANOUT = S.dpo_fanout or S.fanout
+FANOUT = WIDE.fanout  # member: one job per member / judge; pool: one job serves all
+DPO_FANOUT = WIDE.dpo_fanout
 # conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
-MODEL_ENV = "../envs/vllm.yaml" if S.backend == "vllm" else "../envs/train.yaml"
+MODEL_ENV = "../envs/vllm.yaml" if WIDE.backend == "vllm" else "../envs/train.yaml"
 
 
 def alternatives(names):
@@ -111,8 +112,8 @@ def tracking(wildcards):
         {
             "report_to": list(s.train.report_to),
             "project": s.train.project or STUDY.name,
-            "run_name": f"{wildcards.exp}/iter_{t}",
-            "logging_dir": f"results/{wildcards.exp}/logs/tensorboard/iter_{t}",
+            "run_name": layout.tracker_run(wildcards.exp, t),
+            "logging_dir": layout.tensorboard(wildcards.exp, t),
         }
     )
 
@@ -128,8 +129,7 @@ def base_marker(wildcards):
 
 def checkpoint_json(exp, member, c):
     """member.json of checkpoint c of a member (0 = the initial pool, in the shared run)."""
-    run = init_of(exp) if c == 0 else exp
-    return f"results/{run}/iter_{c}/members/{member}/member.json"
+    return layout.member_json(init_of(exp) if c == 0 else exp, c, member)
 
 
 def member_json(wildcards, member=None, t=None):
@@ -141,7 +141,7 @@ def member_json(wildcards, member=None, t=None):
 
 def data(split):
     """Input function: a prompt split of the job's run (made once, in its shared run)."""
-    return lambda wc: f"results/{init_of(wc.exp)}/data/{split}.parquet"
+    return lambda wc: layout.data(init_of(wc.exp), split)
 
 
 def previous_state(wildcards):
@@ -149,19 +149,19 @@ def previous_state(wildcards):
     iteration's last round, or the initial state."""
     exp, t, r = wildcards.exp, int(wildcards.t), int(wildcards.r)
     if r > 0:
-        return f"results/{exp}/iter_{t}/round_{r - 1}/state.parquet"
+        return layout.round_table(exp, t, r - 1, "state")
     if t > 1:
-        return f"results/{exp}/iter_{t - 1}/round_{rounds_of(exp)[-1]}/state.parquet"
-    return f"results/{exp}/iter_0/state.parquet"
+        return layout.round_table(exp, t - 1, rounds_of(exp)[-1], "state")
+    return layout.initial_state(exp)
 
 
-def round_tables(name):
+def round_tables(kind):
     """Input function: a per-member table of one round (responses/<member>, judgments/<judge>)
     for every member of the run."""
 
     def paths(wildcards):
-        folder = f"results/{wildcards.exp}/iter_{wildcards.t}/round_{wildcards.r}/{name}"
-        return [f"{folder}/{m}.parquet" for m in members_of(wildcards.exp)]
+        exp, t, r = wildcards.exp, wildcards.t, wildcards.r
+        return [layout.member_table(exp, t, r, kind, m) for m in members_of(exp)]
 
     return paths
 
@@ -170,18 +170,18 @@ def iteration_tables(name):
     """Input function: a table of every round of iteration t."""
 
     def paths(wildcards):
-        return [f"results/{wildcards.exp}/iter_{wildcards.t}/round_{r}/{name}.parquet" for r in rounds_of(wildcards.exp)]
+        return [layout.round_table(wildcards.exp, wildcards.t, r, name) for r in rounds_of(wildcards.exp)]
 
     return paths
 
 
 def tables_of(exp, name):
-    """Every round's table ``name`` (duels.parquet, or responses/{member}.parquet for each
-    member) over the whole run."""
-    rounds = [f"results/{exp}/iter_{t}/round_{r}" for t in iterations_of(exp) for r in rounds_of(exp)]
-    if "{member}" in name:
-        return [f"{r}/{name.format(member=m)}" for r in rounds for m in members_of(exp)]
-    return [f"{r}/{name}" for r in rounds]
+    """Every round's table ``name`` over the whole run: one of layout.ROUND_TABLES, or of
+    layout.MEMBER_TABLES for each member."""
+    rounds = [(t, r) for t in iterations_of(exp) for r in rounds_of(exp)]
+    if name in layout.MEMBER_TABLES:
+        return [layout.member_table(exp, t, r, name, m) for t, r in rounds for m in members_of(exp)]
+    return [layout.round_table(exp, t, r, name) for t, r in rounds]
 
 
 def run_tables(name):
@@ -191,7 +191,7 @@ def run_tables(name):
 
 def last_state(wildcards):
     exp = wildcards.exp
-    return f"results/{exp}/iter_{iterations_of(exp)[-1]}/round_{rounds_of(exp)[-1]}/state.parquet"
+    return layout.round_table(exp, iterations_of(exp)[-1], rounds_of(exp)[-1], "state")
 
 
 def trained_preferences(wildcards):
@@ -199,11 +199,11 @@ def trained_preferences(wildcards):
     the iteration's own; SPIN's last baselines.spin_history ones)."""
     s = run_of(wildcards)
     ts = get_method(s.method).trained_iterations(int(wildcards.t), s.baselines)
-    return [f"results/{wildcards.exp}/iter_{t}/preferences.parquet" for t in ts]
+    return [layout.preferences(wildcards.exp, t) for t in ts]
 
 
 def iteration_preferences(wildcards):
-    return [f"results/{wildcards.exp}/iter_{t}/preferences.parquet" for t in iterations_of(wildcards.exp)]
+    return [layout.preferences(wildcards.exp, t) for t in iterations_of(wildcards.exp)]
 
 
 def sft_data(wildcards):
@@ -228,11 +228,12 @@ def evaluated_checkpoints(exp):
 def evaluations_of(exp):
     """Evaluation tables of the evaluated checkpoints of every member (checkpoint 0 in the
     shared run)."""
-    return [
-        f"results/{init_of(exp) if c == 0 else exp}/evaluation/checkpoint_{c}/{m}.parquet"
-        for c in evaluated_checkpoints(exp)
-        for m in members_of(exp)
-    ]
+    return [evaluation_of(exp, c, m) for c in evaluated_checkpoints(exp) for m in members_of(exp)]
+
+
+def evaluation_of(exp, c, member):
+    """The evaluation of checkpoint c of a member (checkpoint 0 in the shared run)."""
+    return layout.evaluation(init_of(exp) if c == 0 else exp, c, member)
 
 
 def all_evaluations(wildcards):
@@ -247,7 +248,7 @@ def all_training_logs(wildcards):
     """The trainer's log of every trained checkpoint (SFT of iteration 0, DPO after)."""
     exp = wildcards.exp
     return [
-        f"{os.path.dirname(checkpoint_json(exp, m, c))}/training_log.parquet"
+        checkpoint_file(exp, m, c, "training_log.parquet")
         for c in [0, *iterations_of(exp)]
         for m in members_of(exp)
         if trained(exp, c, m)
@@ -256,12 +257,12 @@ def all_training_logs(wildcards):
 
 def held_out_accuracy(wildcards):
     exp = wildcards.exp
-    return [f"results/{exp}/analysis/pair_accuracy/iter_{t}.parquet" for t in iterations_of(exp)[:-1]]
+    return [layout.pair_accuracy(exp, t) for t in iterations_of(exp)[:-1]]
 
 
 def optional_evaluation(wildcards):
     """The evaluation scores when evaluation is on; analyses and plots work without them."""
-    return f"results/{wildcards.exp}/evaluation/scores.parquet" if run_of(wildcards).evaluation.enabled else []
+    return layout.evaluation_file(wildcards.exp, "scores.parquet") if run_of(wildcards).evaluation.enabled else []
 
 
 REPORT_FIGURES = (
@@ -289,12 +290,16 @@ ANALYSIS_TABLES = (
 )
 
 
+def checkpoint_file(exp, member, c, name):
+    """A file of checkpoint c of a member (layout.TRAINED_FILES; 0 = in the shared run)."""
+    return layout.member_file(init_of(exp) if c == 0 else exp, c, member, name)
+
+
 def member_files(exp, c, member):
     """What a member checkpoint is on disk: member.json and, when sparta trained it, its
     adapter and the trainer's log."""
-    folder = os.path.dirname(checkpoint_json(exp, member, c))
-    files = ["adapter/adapter_config.json", "adapter/adapter_model.safetensors", "training_log.parquet"]
-    return [f"{folder}/member.json", *([f"{folder}/{f}" for f in files] if trained(exp, c, member) else [])]
+    files = layout.TRAINED_FILES if trained(exp, c, member) else ()
+    return [checkpoint_json(exp, member, c), *[checkpoint_file(exp, member, c, f) for f in files]]
 
 
 def outputs_of(exp):
@@ -304,24 +309,23 @@ def outputs_of(exp):
     s, init = RUNS[exp], init_of(exp)
     evaluation = []
     if s.evaluation.enabled:
-        evaluation = [f"results/{exp}/evaluation/{f}" for f in ("selection.tsv", "selection.parquet", "scores.parquet")]
+        evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", "selection.parquet", "scores.parquet")]
         evaluation += evaluations_of(exp)
     analysis = []
     if s.analysis.enabled:
-        analysis = [f"results/{exp}/report/{name}.png" for name in REPORT_FIGURES]
-        analysis += [f"results/{exp}/analysis/{name}.parquet" for name in ANALYSIS_TABLES]
-    tables = ("duels.parquet", "state.parquet", "history.parquet", "preferences.parquet",
-              "responses/{member}.parquet", "judgments/{member}.parquet")
+        analysis = [layout.figure(exp, name) for name in REPORT_FIGURES]
+        analysis += [layout.analysis(exp, name) for name in ANALYSIS_TABLES]
+    tables = (*layout.ROUND_TABLES, *layout.MEMBER_TABLES)
     return [
         *evaluation,
         *analysis,
-        f"results/{exp}/settings.yaml",
-        f"results/{exp}/reputation_history.parquet",
-        f"results/{exp}/final_state.parquet",
-        f"results/{exp}/iter_0/state.parquet",
-        *[f"results/{init}/data/{split}.parquet" for split in ("alignment", "validation", "test")],
+        layout.run_file(exp, "settings.yaml"),
+        layout.run_file(exp, "reputation_history.parquet"),
+        layout.run_file(exp, "final_state.parquet"),
+        layout.initial_state(exp),
+        *[layout.data(init, split) for split in layout.SPLITS],
         *[path for name in tables for path in tables_of(exp, name)],
-        *[f"results/{exp}/iter_{t}/preferences.parquet" for t in iterations_of(exp)],
+        *[layout.preferences(exp, t) for t in iterations_of(exp)],
         *[path for c in [0, *iterations_of(exp)] for m in members_of(exp) for path in member_files(exp, c, m)],
     ]
 
@@ -329,7 +333,10 @@ def outputs_of(exp):
 def final_outputs():
     study = []
     if STUDY.is_study and any(s.evaluation.enabled for s in STUDY.experiments.values()):
-        study = [f"results/{STUDY.name}/{f}" for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")]
+        study = [
+            layout.study_file(STUDY.name, f)
+            for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")
+        ]
     return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study
 
 
@@ -356,12 +363,22 @@ def study_runs(wildcards):
 
 
 def study_inputs(wildcards):
-    """Everything compare reads: evaluations and selections, answers and judgments."""
-    paths = []
+    """Named inputs of compare, per experiment run (keyed ``<what>:<run>``, one
+    ``responses:<run>:<t>`` / ``judgments:<run>:<t>`` per iteration): its evaluations (of its
+    evaluated checkpoints), its initial pool's, its selection, its answers and judgments."""
+    named = {}
     for exp in EXPERIMENTS:
-        paths += evaluations_of(exp) + [f"results/{exp}/evaluation/selection.parquet"]
-        paths += tables_of(exp, "responses/{member}.parquet") + tables_of(exp, "judgments/{member}.parquet")
-    return paths
+        named[f"initial:{exp}"] = [evaluation_of(exp, 0, m) for m in members_of(exp)]
+        named[f"evaluations:{exp}"] = [
+            evaluation_of(exp, c, m) for c in evaluated_checkpoints(exp)[1:] for m in members_of(exp)
+        ]
+        named[f"selection:{exp}"] = layout.evaluation_file(exp, "selection.parquet")
+        for kind in layout.MEMBER_TABLES:
+            for t in iterations_of(exp):
+                named[f"{kind}:{exp}:{t}"] = [
+                    layout.member_table(exp, t, r, kind, m) for r in rounds_of(exp) for m in members_of(exp)
+                ]
+    return named
 
 
 def fanout_output(pattern, key="member", fanout=FANOUT):
@@ -379,6 +396,14 @@ def fanout_name(prefix, key="member", fanout=FANOUT):
 def served(wildcards, key="member", fanout=FANOUT):
     """The members one job serves."""
     return [getattr(wildcards, key)] if fanout == "member" else members_of(wildcards.exp)
+
+
+def served_names(key="member", fanout=FANOUT):
+    """Param of a model job: the names of the members it serves. Its script reads its members
+    from its member.json inputs alone (sparta.jobs.members); this param is only part of the
+    job's record, kept so a run made before it was read no more resumes without a rerun
+    (snakemake reruns a job whose params' values change)."""
+    return lambda wildcards: served(wildcards, key, fanout)
 
 
 def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
@@ -399,7 +424,7 @@ def model_threads(stage, fanout=FANOUT):
     two-thread job at a time 271 s, benchmarks/bench_train.py). A cluster run has no core
     count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu cores (Slurm
     --cpus-per-task); a profile's set-threads overrides either."""
-    r = getattr(S.resources, stage)
+    r = getattr(WIDE.resources, stage)
     if workflow._cores is None:
         return r.gpu * r.cpus_per_gpu if r.gpu else r.cpus_per_gpu
     if r.gpu and LOCAL_CUDA:
@@ -409,7 +434,7 @@ def model_threads(stage, fanout=FANOUT):
 
 # whether a local run's model jobs use a CUDA GPU (resources.<stage>.gpu is for a cluster; on a
 # CPU the thread rule above applies)
-LOCAL_CUDA = sparta_config.local_cuda(S)
+LOCAL_CUDA = sparta_config.local_cuda(WIDE)
 
 
 # Cluster resources of a model stage: settings resources.<stage>, runtime and memory grow
@@ -418,7 +443,7 @@ LOCAL_CUDA = sparta_config.local_cuda(S)
 
 
 def stage_resources(stage):
-    r = getattr(S.resources, stage)
+    r = getattr(WIDE.resources, stage)
     res = dict(
         gpu=r.gpu,
         mem_mb=lambda wc, attempt: int(r.mem_mb * (1 + 0.5 * (attempt - 1))),
@@ -435,4 +460,4 @@ def stage_resources(stage):
 onstart:
     # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
     if workflow.local_exec:
-        sparta_config.check_local_device(S)
+        sparta_config.check_local_device(WIDE)

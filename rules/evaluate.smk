@@ -10,14 +10,14 @@ rule evaluate_member:
         test=data("test"),
         tasks=evaluation_task_files,
     output:
-        scores=fanout_output("results/{exp}/evaluation/checkpoint_{t}/{member}.parquet"),
+        scores=fanout_output(layout.evaluation("{exp}", "{t}", "{member}")),
     params:
-        members=lambda wc: served(wc),
+        members=served_names(),
         **settings("runtime", "backend", "evaluation"),
     log:
-        f"results/{{exp}}/logs/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.log",
+        layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}")),
     benchmark:
-        f"results/{{exp}}/benchmarks/evaluation/checkpoint_{{t}}/{fanout_name('evaluate')}.tsv"
+        layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}"))
     threads: model_threads("evaluate")
     resources:
         **stage_resources("evaluate"),
@@ -34,17 +34,17 @@ rule evaluation_table:
     input:
         all_evaluations,
     output:
-        scores="results/{exp}/evaluation/scores.parquet",
-        selection="results/{exp}/evaluation/selection.parquet",
+        scores=layout.evaluation_file("{exp}", "scores.parquet"),
+        selection=layout.evaluation_file("{exp}", "selection.parquet"),
         table=report(
-            "results/{exp}/evaluation/selection.tsv",
+            layout.evaluation_file("{exp}", "selection.tsv"),
             caption="../workflow/report/selection.rst",
             category="Evaluation",
         ),
     params:
         **settings("evaluation"),
     log:
-        "results/{exp}/logs/evaluation/table.log",
+        layout.log("{exp}", "table", where="evaluation"),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -5,20 +5,20 @@ rule judge:
     """Each judge scores both answers of every duel of the round it does not fight in. One
     job per judge (fanout: member) or one job for the whole pool (fanout: pool)."""
     input:
-        duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
+        duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
         responses=round_tables("responses"),
         members=served_member_jsons("judge"),
     output:
-        judgments=fanout_output("results/{exp}/iter_{t}/round_{r}/judgments/{judge}.parquet", "judge"),
+        judgments=fanout_output(layout.member_table("{exp}", "{t}", "{r}", "judgments", "{judge}"), "judge"),
     params:
-        judges=lambda wc: served(wc, "judge"),
+        judges=served_names("judge"),
         method=method,
         baselines=baselines,
         **settings("runtime", "backend", "judge"),
     log:
-        f"results/{{exp}}/logs/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.log",
+        layout.log("{exp}", fanout_name("judge", "judge"), t="{t}", r="{r}"),
     benchmark:
-        f"results/{{exp}}/benchmarks/iter_{{t}}/round_{{r}}/{fanout_name('judge', 'judge')}.tsv"
+        layout.benchmark("{exp}", fanout_name("judge", "judge"), t="{t}", r="{r}")
     threads: model_threads("judge")
     resources:
         **stage_resources("judge"),

@@ -8,7 +8,7 @@ rule matchmake:
         prompts=data("alignment"),
         state=previous_state,
     output:
-        duels="results/{exp}/iter_{t}/round_{r}/duels.parquet",
+        duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
     params:
         members=lambda wc: members_of(wc.exp),
         per_iteration=lambda wc: run_of(wc).prompts.per_iteration,
@@ -17,7 +17,7 @@ rule matchmake:
         method=method,
         **settings("matchmaking"),
     log:
-        "results/{exp}/logs/iter_{t}/round_{r}/matchmake.log",
+        layout.log("{exp}", "matchmake", t="{t}", r="{r}"),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -7,14 +7,14 @@ rule init_member:
     input:
         base=base_marker,
     output:
-        member="results/{exp}/iter_0/members/{member}/member.json",
+        member=layout.member_json("{exp}", 0, "{member}"),
     wildcard_constraints:
         member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS]),
     params:
         member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
         base=base_folder,
     log:
-        "results/{exp}/logs/iter_0/init_{member}.log",
+        layout.log("{exp}", "init_{member}", t=0),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -25,7 +25,7 @@ rule init_member:
 rule init_state:
     """Every member starts with the same reputation and deviation (fair start)."""
     output:
-        state="results/{exp}/iter_0/state.parquet",
+        state=layout.initial_state("{exp}"),
     params:
         members=lambda wc: members_of(wc.exp),
         initial=lambda wc: {
@@ -33,7 +33,7 @@ rule init_state:
             "initial_deviation": run_of(wc).reputation.initial_deviation,
         },
     log:
-        "results/{exp}/logs/iter_0/init_state.log",
+        layout.log("{exp}", "init_state", t=0),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -5,14 +5,14 @@ rule convert_gguf:
     """Convert a GGUF shipped in a Python package once to a safetensors folder that every
     experiment shares (later loads take seconds instead of a minute)."""
     output:
-        config="results/_bases/{base}/config.json",
+        config=f"{layout.base_dir('{base}')}/config.json",
     params:
         spec=lambda wc: as_data(next(s.base_models[wc.base] for s in RUNS.values() if wc.base in s.base_models)),
-        folder=lambda wc: f"results/_bases/{wc.base}",
+        folder=lambda wc: layout.base_dir(wc.base),
     log:
-        "results/_bases/logs/convert_{base}.log",
+        layout.base_log("{base}"),
     benchmark:
-        "results/_bases/logs/convert_{base}.benchmark.tsv"
+        layout.base_log("{base}", benchmark=True)
     resources:
         **stage_resources("convert"),
     conda:
@@ -26,14 +26,14 @@ rule split_prompts:
     input:
         prompts=prompt_file,
     output:
-        alignment="results/{exp}/data/alignment.parquet",
-        validation="results/{exp}/data/validation.parquet",
-        test="results/{exp}/data/test.parquet",
+        alignment=layout.data("{exp}", "alignment"),
+        validation=layout.data("{exp}", "validation"),
+        test=layout.data("{exp}", "test"),
     params:
         prompts=lambda wc: run_of(wc).prompts.split_keys(),
         seed=lambda wc: run_of(wc).seed,
     log:
-        "results/{exp}/logs/split_prompts.log",
+        layout.log("{exp}", "split_prompts"),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -5,11 +5,11 @@
 rule record_settings:
     """Every setting of the run with its defaults filled in (what `sparta config` prints)."""
     output:
-        settings="results/{exp}/settings.yaml",
+        settings=layout.run_file("{exp}", "settings.yaml"),
     params:
         settings=lambda wc: run_of(wc).to_dict(),
     log:
-        "results/{exp}/logs/record_settings.log",
+        layout.log("{exp}", "record_settings"),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -20,32 +20,32 @@ rule record_settings:
 rule analyze:
     """Diversity, lengths, label accuracy, reputation against performance, standings."""
     input:
-        duels=run_tables("duels.parquet"),
-        states=run_tables("state.parquet"),
-        responses=run_tables("responses/{member}.parquet"),
-        judgments=run_tables("judgments/{member}.parquet"),
+        duels=run_tables("duels"),
+        states=run_tables("state"),
+        responses=run_tables("responses"),
+        judgments=run_tables("judgments"),
         preferences=iteration_preferences,
-        history="results/{exp}/reputation_history.parquet",
+        history=layout.run_file("{exp}", "reputation_history.parquet"),
         evaluation=optional_evaluation,
         training_logs=all_training_logs,
         pair_accuracy=held_out_accuracy,
     output:
-        diversity="results/{exp}/analysis/diversity.parquet",
-        lengths="results/{exp}/analysis/lengths.parquet",
-        label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
-        judge_accuracy="results/{exp}/analysis/judge_label_accuracy.parquet",
-        correlation="results/{exp}/analysis/reputation_vs_performance.parquet",
-        standings="results/{exp}/analysis/standings.parquet",
-        reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
-        training="results/{exp}/analysis/training.parquet",
-        pair_accuracy="results/{exp}/analysis/pair_accuracy.parquet",
+        diversity=layout.analysis("{exp}", "diversity"),
+        lengths=layout.analysis("{exp}", "lengths"),
+        label_accuracy=layout.analysis("{exp}", "label_accuracy"),
+        judge_accuracy=layout.analysis("{exp}", "judge_label_accuracy"),
+        correlation=layout.analysis("{exp}", "reputation_vs_performance"),
+        standings=layout.analysis("{exp}", "standings"),
+        reward_hacking=layout.analysis("{exp}", "reward_hacking"),
+        training=layout.analysis("{exp}", "training"),
+        pair_accuracy=layout.analysis("{exp}", "pair_accuracy"),
     params:
         method=method,
         **settings("analysis"),
     log:
-        "results/{exp}/logs/analyze.log",
+        layout.log("{exp}", "analyze"),
     benchmark:
-        "results/{exp}/benchmarks/analyze.tsv"
+        layout.benchmark("{exp}", "analyze")
     resources:
         mem_mb=8000,
         runtime=lambda wc, attempt: 60 * attempt,
@@ -58,57 +58,57 @@ rule analyze:
 rule plots:
     """Figures of the report, each with a caption."""
     input:
-        history="results/{exp}/reputation_history.parquet",
-        judgments=run_tables("judgments/{member}.parquet"),
-        label_accuracy="results/{exp}/analysis/label_accuracy.parquet",
-        diversity="results/{exp}/analysis/diversity.parquet",
-        reward_hacking="results/{exp}/analysis/reward_hacking.parquet",
-        training="results/{exp}/analysis/training.parquet",
-        pair_accuracy="results/{exp}/analysis/pair_accuracy.parquet",
+        history=layout.run_file("{exp}", "reputation_history.parquet"),
+        judgments=run_tables("judgments"),
+        label_accuracy=layout.analysis("{exp}", "label_accuracy"),
+        diversity=layout.analysis("{exp}", "diversity"),
+        reward_hacking=layout.analysis("{exp}", "reward_hacking"),
+        training=layout.analysis("{exp}", "training"),
+        pair_accuracy=layout.analysis("{exp}", "pair_accuracy"),
         evaluation=optional_evaluation,
     output:
         reputation=report(
-            "results/{exp}/report/reputation.png",
+            layout.figure("{exp}", "reputation"),
             caption="../workflow/report/reputation.rst",
             category="Reputation",
         ),
         wins=report(
-            "results/{exp}/report/win_matrix.png",
+            layout.figure("{exp}", "win_matrix"),
             caption="../workflow/report/win_matrix.rst",
             category="Reputation",
         ),
         scores=report(
-            "results/{exp}/report/judge_scores.png",
+            layout.figure("{exp}", "judge_scores"),
             caption="../workflow/report/judge_scores.rst",
             category="Judging",
         ),
         label_accuracy=report(
-            "results/{exp}/report/label_accuracy.png",
+            layout.figure("{exp}", "label_accuracy"),
             caption="../workflow/report/label_accuracy.rst",
             category="Judging",
         ),
         diversity=report(
-            "results/{exp}/report/diversity.png",
+            layout.figure("{exp}", "diversity"),
             caption="../workflow/report/diversity.rst",
             category="Analysis",
         ),
         training=report(
-            "results/{exp}/report/training.png",
+            layout.figure("{exp}", "training"),
             caption="../workflow/report/training.rst",
             category="Training",
         ),
         reward_hacking=report(
-            "results/{exp}/report/reward_hacking.png",
+            layout.figure("{exp}", "reward_hacking"),
             caption="../workflow/report/reward_hacking.rst",
             category="Judging",
         ),
         evaluation=report(
-            "results/{exp}/report/evaluation.png",
+            layout.figure("{exp}", "evaluation"),
             caption="../workflow/report/evaluation.rst",
             category="Evaluation",
         ),
     log:
-        "results/{exp}/logs/plots.log",
+        layout.log("{exp}", "plots"),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -122,15 +122,15 @@ rule pair_accuracy:
     input:
         before=lambda wc: [member_json(wc, member=m) for m in members_of(wc.exp)],
         after=lambda wc: [member_json(wc, member=m, t=int(wc.t) + 1) for m in members_of(wc.exp)],
-        pairs=lambda wc: f"results/{wc.exp}/iter_{int(wc.t) + 1}/preferences.parquet",
+        pairs=lambda wc: layout.preferences(wc.exp, int(wc.t) + 1),
     output:
-        accuracy="results/{exp}/analysis/pair_accuracy/iter_{t}.parquet",
+        accuracy=layout.pair_accuracy("{exp}", "{t}"),
     params:
         **settings("runtime", "backend", "evaluation"),
     log:
-        "results/{exp}/logs/analysis/pair_accuracy_iter_{t}.log",
+        layout.log("{exp}", layout.pair_accuracy_name("{t}"), where="analysis"),
     benchmark:
-        "results/{exp}/benchmarks/analysis/pair_accuracy_iter_{t}.tsv"
+        layout.benchmark("{exp}", layout.pair_accuracy_name("{t}"), where="analysis")
     threads: model_threads("evaluate", "pool")
     resources:
         **stage_resources("evaluate"),
@@ -145,19 +145,19 @@ rule compare:
     on validation, on test, with paired bootstrap intervals against best init and Sparta; and
     the inference each method spent."""
     input:
-        study_inputs,
+        unpack(study_inputs),
     output:
-        comparison="results/{study}/comparison.parquet",
+        comparison=layout.study_file("{study}", "comparison.parquet"),
         table=report(
-            "results/{study}/comparison.tsv",
+            layout.study_file("{study}", "comparison.tsv"),
             caption="../workflow/report/comparison.rst",
             category="Study",
         ),
-        cost="results/{study}/cost.parquet",
+        cost=layout.study_file("{study}", "cost.parquet"),
     params:
         runs=study_runs,
     log:
-        "results/{study}/logs/compare.log",
+        layout.log("{study}", "compare"),
     localrule: True
     conda:
         "../envs/core.yaml"
@@ -169,12 +169,12 @@ rule compare_figure:
     """The study's figure: every experiment's difference to best init with its interval, and
     the inference each spent."""
     input:
-        comparison="results/{study}/comparison.parquet",
-        cost="results/{study}/cost.parquet",
+        comparison=layout.study_file("{study}", "comparison.parquet"),
+        cost=layout.study_file("{study}", "cost.parquet"),
     output:
-        report("results/{study}/comparison.png", caption="../workflow/report/comparison_figure.rst", category="Study"),
+        report(layout.study_file("{study}", "comparison.png"), caption="../workflow/report/comparison_figure.rst", category="Study"),
     log:
-        "results/{study}/logs/compare_figure.log",
+        layout.log("{study}", "compare_figure"),
     localrule: True
     conda:
         "../envs/core.yaml"

@@ -8,10 +8,10 @@ rule sft_member:
         base=base_marker,
         sft=sft_data,
     output:
-        member="results/{exp}/iter_0/members/{member}/member.json",
-        adapter_config="results/{exp}/iter_0/members/{member}/adapter/adapter_config.json",
-        adapter="results/{exp}/iter_0/members/{member}/adapter/adapter_model.safetensors",
-        training_log="results/{exp}/iter_0/members/{member}/training_log.parquet",
+        member=layout.member_json("{exp}", 0, "{member}"),
+        adapter_config=layout.member_file("{exp}", 0, "{member}", "adapter/adapter_config.json"),
+        adapter=layout.member_file("{exp}", 0, "{member}", "adapter/adapter_model.safetensors"),
+        training_log=layout.member_file("{exp}", 0, "{member}", "training_log.parquet"),
     wildcard_constraints:
         member=alternatives(SFT_MEMBERS),
     params:
@@ -20,9 +20,9 @@ rule sft_member:
         base=base_folder,
         **settings("runtime", "sft", "lora"),
     log:
-        "results/{exp}/logs/iter_0/init_{member}.log",
+        layout.log("{exp}", "init_{member}", t=0),
     benchmark:
-        "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
+        layout.benchmark("{exp}", "init_{member}", t=0)
     threads: model_threads("sft", "member")  # one job per member, always
     resources:
         **stage_resources("sft"),
@@ -40,28 +40,22 @@ rule dpo:
         preferences=trained_preferences,
         members=served_member_jsons("member", fanout=DPO_FANOUT),
     output:
-        member=fanout_output("results/{exp}/iter_{t}/members/{member}/member.json", fanout=DPO_FANOUT),
-        adapter_config=fanout_output(
-            "results/{exp}/iter_{t}/members/{member}/adapter/adapter_config.json", fanout=DPO_FANOUT
-        ),
-        adapter=fanout_output(
-            "results/{exp}/iter_{t}/members/{member}/adapter/adapter_model.safetensors", fanout=DPO_FANOUT
-        ),
-        training_log=fanout_output(
-            "results/{exp}/iter_{t}/members/{member}/training_log.parquet", fanout=DPO_FANOUT
-        ),
+        member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), fanout=DPO_FANOUT),
+        adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), fanout=DPO_FANOUT),
+        adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), fanout=DPO_FANOUT),
+        training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), fanout=DPO_FANOUT),
     wildcard_constraints:
         t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
     params:
-        members=lambda wc: served(wc, fanout=DPO_FANOUT),
+        members=served_names(fanout=DPO_FANOUT),
         tracking=tracking,
         method=method,
         baselines=baselines,
         **settings("runtime", "dpo", "lora"),
     log:
-        f"results/{{exp}}/logs/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.log",
+        layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
     benchmark:
-        f"results/{{exp}}/benchmarks/iter_{{t}}/{fanout_name('dpo', fanout=DPO_FANOUT)}.tsv"
+        layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
     threads: model_threads("dpo", DPO_FANOUT)
     resources:
         **stage_resources("dpo"),

@@ -4,11 +4,16 @@ Each run's best init comes from its own initial members (checkpoint 0 in its sha
 pool). The member each run is scored with is the best on validation among every evaluated
 checkpoint of every member, the initial pool included (``evaluation.select_from: all``), or
 among its final members (``final``): a run's entry in params.runs may carry ``select_from``;
-without it, each run's setting is read from the study's config."""
+without it, each run's setting is read from the study's config.
+
+The tables come from the rule's named inputs, per run (rules/common.smk, study_inputs):
+``initial:<run>``, ``evaluations:<run>``, ``selection:<run>``, and per iteration t
+``responses:<run>:<t>``, ``judgments:<run>:<t>``."""
 
 import pandas as pd
 
 from sparta import compare, tables
+from sparta.jobs import as_list
 from sparta.logs import setup
 from sparta.study import expand
 
@@ -18,31 +23,27 @@ runs = pd.DataFrame(sm.params.runs)
 if "select_from" not in runs:
     settings = expand(sm.config).experiments
     runs["select_from"] = [getattr(settings[run].evaluation, "select_from", "all") for run in runs["run"]]
+
+
+def named(key):
+    return as_list(sm.input[key])
+
+
 evaluations, selections, responses, judgments, initial = {}, {}, {}, {}, {}
 for r in sm.params.runs:
-    run, members = r["run"], r["members"]
-    evaluations[run] = tables.read_many(
-        [f"results/{run}/evaluation/checkpoint_{c}/{m}.parquet" for c in r["checkpoints"] for m in members],
-        "evaluation",
-    )
-    selections[run] = tables.read(f"results/{run}/evaluation/selection.parquet", "selection")
-    initial[run] = tables.read_many(  # this run's own initial members, not its seed's first run's
-        [f"results/{r['init']}/evaluation/checkpoint_0/{m}.parquet" for m in members], "evaluation"
-    )
-    answered, judged = [], []
-    for t in r["iterations"]:
-        for k in r["rounds"]:
-            folder = f"results/{run}/iter_{t}/round_{k}"
-            answered.append(
-                tables.read_many([f"{folder}/responses/{m}.parquet" for m in members], "responses").assign(
-                    iteration=t
-                )
-            )
-            judged.append(
-                tables.read_many([f"{folder}/judgments/{m}.parquet" for m in members], "judgments").assign(
-                    iteration=t
-                )
-            )
+    run = r["run"]
+    evaluations[run] = tables.read_many(named(f"evaluations:{run}"), "evaluation")
+    selections[run] = tables.read(sm.input[f"selection:{run}"], "selection")
+    # this run's own initial members, not its seed's first run's
+    initial[run] = tables.read_many(named(f"initial:{run}"), "evaluation")
+    answered = [
+        tables.read_many(named(f"responses:{run}:{t}"), "responses").assign(iteration=t)
+        for t in r["iterations"]
+    ]
+    judged = [
+        tables.read_many(named(f"judgments:{run}:{t}"), "judgments").assign(iteration=t)
+        for t in r["iterations"]
+    ]
     responses[run], judgments[run] = (
         pd.concat(answered, ignore_index=True),
         pd.concat(judged, ignore_index=True),

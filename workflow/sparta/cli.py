@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import tables
+from . import layout, tables
 from .study import merge
 
 
@@ -30,8 +30,7 @@ class CLIError(Exception):
     pass
 
 
-def _read_glob(folder: Path, pattern: str, kind: str) -> pd.DataFrame:
-    files = sorted(folder.glob(pattern))
+def _read_files(files: list[Path], kind: str) -> pd.DataFrame:
     return tables.read_many(files, kind) if files else tables.empty(kind)
 
 
@@ -39,9 +38,9 @@ def _iteration_dir(path: str) -> Path:
     folder = Path(path)
     if not folder.is_dir():
         raise CLIError(f"no such iteration folder: {folder}")
-    if not re.fullmatch(r"iter_\d+", folder.name):
-        raise CLIError(f"{folder} is not an iteration folder (expected .../iter_<t>)")
-    if not any(folder.glob("round_*")):
+    if layout.iteration_of(folder) is None:
+        raise CLIError(f"{folder} is not an iteration folder (expected .../{layout.iteration_name('<t>')})")
+    if not layout.rounds_of(folder):
         raise CLIError(f"{folder} has no rounds yet (iteration not started)")
     return folder
 
@@ -68,9 +67,9 @@ def cmd_pairs(args) -> pd.DataFrame:
     prefs = (
         tables.read(merged, "preferences")
         if merged.exists()
-        else _read_glob(folder, "round_*/preferences.parquet", "preferences")
+        else _read_files(layout.round_files(folder, "preferences.parquet"), "preferences")
     )
-    judgments = _read_glob(folder, "round_*/judgments/*.parquet", "judgments")
+    judgments = _read_files(layout.round_files(folder, "judgments/*.parquet"), "judgments")
     prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
     if args.trainee:
         from .train import pairs_of
@@ -124,18 +123,20 @@ def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
     return out
 
 
-def _run_dir(path: str) -> Path:
-    folder = Path(path)
-    if not folder.is_dir():
-        raise CLIError(f"no such run folder: {folder}")
-    if not (folder / "iter_0").is_dir():
-        raise CLIError(f"{folder} is not a run folder (no iter_0/ inside; expected results/<experiment>)")
-    return folder
+def _run_dir(path: str) -> layout.RunFolder:
+    run = layout.RunFolder(path)
+    if not run.path.is_dir():
+        raise CLIError(f"no such run folder: {run.path}")
+    if not run.is_run():
+        first = layout.iteration_name(0)
+        raise CLIError(f"{run.path} is not a run folder (no {first}/ inside; expected results/<experiment>)")
+    return run
 
 
 def cmd_standings(args) -> pd.DataFrame:
-    folder = _run_dir(args.run)
-    for rnd in sorted(folder.glob("iter_*/round_*")):
+    run = _run_dir(args.run)
+    folder = run.path
+    for rnd in run.rounds():
         if not (rnd / "state.parquet").exists():
             where = rnd.relative_to(folder)
             print(
@@ -143,11 +144,7 @@ def cmd_standings(args) -> pd.DataFrame:
                 "(in progress, or damaged: rerun snakemake)",
                 file=sys.stderr,
             )
-    frames = [
-        tables.read(p, "state")
-        for p in [folder / "iter_0/state.parquet", *sorted(folder.glob("iter_*/round_*/state.parquet"))]
-        if p.exists()
-    ]
+    frames = [tables.read(p, "state") for p in run.states()]
     if not frames:
         raise CLIError(f"{folder} has no reputation state yet")
     states = pd.concat(frames, ignore_index=True)
@@ -163,22 +160,22 @@ def cmd_show(args) -> dict:
     if args.run:
         run = _run_dir(args.run)
     else:
-        runs = [p.parent for p in Path("results").glob("*/iter_0")]
+        runs = layout.run_folders()
         if len(runs) != 1:
             raise CLIError("give the run folder with --run results/<experiment>")
-        run = runs[0]
-    folder = run / f"iter_{int(m.group(1))}"
+        run = layout.RunFolder(runs[0])
+    folder = run.iteration(int(m.group(1)))
     if not folder.is_dir():
-        raise CLIError(f"iteration {int(m.group(1))} has not started in {run}")
-    duels = _read_glob(folder, "round_*/duels.parquet", "duels")
+        raise CLIError(f"iteration {int(m.group(1))} has not started in {run.path}")
+    duels = _read_files(layout.round_files(folder, "duels.parquet"), "duels")
     duel = duels[duels["duel_id"] == args.duel_id]
     if len(duel) == 0:
         raise CLIError(f"no duel {args.duel_id} in {folder}")
     d = duel.iloc[0]
-    rnd = folder / f"round_{int(d['round'])}"
-    responses = _read_glob(rnd, "responses/*.parquet", "responses")
-    judgments = _read_glob(rnd, "judgments/*.parquet", "judgments")
-    history = _read_glob(rnd, "history.parquet", "history")
+    rnd = folder / layout.round_name(int(d["round"]))
+    responses = _read_files(sorted(rnd.glob("responses/*.parquet")), "responses")
+    judgments = _read_files(sorted(rnd.glob("judgments/*.parquet")), "judgments")
+    history = _read_files(sorted(rnd.glob("history.parquet")), "history")
     answers = responses[responses["duel_id"] == args.duel_id].set_index("model")["response"].to_dict()
     js = judgments[judgments["duel_id"] == args.duel_id]
     h = history[history["duel_id"] == args.duel_id]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .settings import Settings, SettingsError, TaskSpec
-from .study import STUDY_WIDE, Study, expand, run_configs, study_problems
+from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
 
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
@@ -525,7 +525,7 @@ def _check_backend(settings: Settings) -> list[str]:
     return problems
 
 
-def local_cuda(settings: Settings) -> bool:
+def local_cuda(settings: Settings | StudySettings) -> bool:
     """Whether model jobs on this machine run on a CUDA GPU (device cuda, or auto with an
     NVIDIA driver here), without importing torch in snakemake's process."""
     import shutil
@@ -535,7 +535,7 @@ def local_cuda(settings: Settings) -> bool:
     return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
 
 
-def check_local_device(settings: Settings) -> None:
+def check_local_device(settings: Settings | StudySettings) -> None:
     """Before a run whose jobs run on this machine: device cuda needs a CUDA GPU here, and the
     run's dtype must be one this machine trains in (see train.trainer_precision)."""
     if settings.device != "cuda" and settings.dtype in ("auto", "float32"):

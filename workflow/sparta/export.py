@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from . import tables
+from . import layout, tables
 from .files import follow_umask
 from .members import MemberSpec, is_hub_id
 
@@ -57,10 +57,7 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
         return chosen, int(rows["checkpoint"].iloc[0])
     if member is None:
         raise ExportError("give --member (and optionally --iteration), or --best TASK")
-    found = sorted(
-        int(p.parent.parent.parent.name.split("_")[1])
-        for p in run.glob(f"iter_*/members/{member}/member.json")
-    )
+    found = layout.RunFolder(run).checkpoints(member)
     if not found:
         raise ExportError(f"no member {member!r} in {run}")
     if iteration is None:
@@ -465,15 +462,16 @@ def export(
     """Write the chosen checkpoint to ``out`` (and upload it to ``push_to``); returns what was
     written."""
     run, out = Path(run), Path(out)
-    if not (run / "iter_0").is_dir():
-        raise ExportError(f"{run} is not a run folder (no iter_0/ inside; expected results/<experiment>)")
+    if not layout.RunFolder(run).is_run():
+        first = layout.iteration_name(0)
+        raise ExportError(f"{run} is not a run folder (no {first}/ inside; expected results/<experiment>)")
     for what, value in (("--base-id", base_id), ("--push", push_to)):
         if value is not None and not is_hub_id(value):
             raise ExportError(f"{what} {value!r} is not a hub id (ORG/NAME)")
     if dtype is not None and dtype not in DTYPES:
         raise ExportError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     name, checkpoint = choose(run, member, iteration, best)
-    spec = MemberSpec.read(run / f"iter_{checkpoint}" / "members" / name / "member.json")
+    spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
     if not merge and spec.adapter is None:
         raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
     hub_base = base_id or (spec.base if is_hub_id(spec.base) else None)

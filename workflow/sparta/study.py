@@ -33,7 +33,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from .settings import Settings, SettingsError, as_data
+from .settings import ResourceSettings, Settings, SettingsError, VLLMSettings, as_data
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -146,6 +146,43 @@ class Study:
     def runs(self) -> dict[str, Settings]:
         """Every run folder the DAG writes: experiments and shared initial pools."""
         return {**self.inits, **self.experiments}
+
+    @property
+    def settings(self) -> StudySettings:
+        """The settings of the whole study (:data:`STUDY_WIDE`)."""
+        return StudySettings.of(self)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """The settings of the whole study, never of one experiment (:data:`STUDY_WIDE`: one DAG,
+    one executor, one device), as the workflow's rules use them."""
+
+    fanout: str
+    """member: one model job per member / judge; pool: one job serves the pool."""
+    dpo_fanout: str
+    """The DPO jobs' fan-out (settings ``dpo_fanout``, or ``fanout`` when unset)."""
+    backend: str
+    vllm: VLLMSettings
+    resources: ResourceSettings
+    device: str
+    dtype: str
+    """The first experiment's dtype: what the check of the local device trains in."""
+
+    @classmethod
+    def of(cls, study: Study) -> StudySettings:
+        """The study-wide settings of a study, read from its first experiment (the config's
+        checks make them the same in every experiment)."""
+        first = next(iter(study.experiments.values()))
+        return cls(
+            fanout=first.fanout,
+            dpo_fanout=first.dpo_fanout or first.fanout,
+            backend=first.backend,
+            vllm=first.vllm,
+            resources=first.resources,
+            device=first.device,
+            dtype=first.dtype,
+        )
 
 
 def _init_data(settings: Settings) -> dict:
