@@ -13,16 +13,21 @@ def as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def members(sm) -> list[MemberSpec]:
+    """The members one job serves, in the rule's order: its ``members`` input, the member.json
+    of each (the only place a job learns its members from)."""
+    return [MemberSpec.read(p) for p in as_list(sm.input.members)]
+
+
 def served_members(
-    sm, job: JobSettings, names_param: str = "members", open_backend: bool = True
+    sm, job: JobSettings, names_param: str | None = None, open_backend: bool = True
 ) -> tuple[list[MemberSpec], Backend | None]:
-    """Specs of the members one job serves, in the rule's order, and the backend serving them
-    (None without ``open_backend``: a job that runs no model)."""
-    names = list(getattr(sm.params, names_param))
-    specs = [MemberSpec.read(p) for p in as_list(sm.input.members)]
-    for name, spec in zip(names, specs):
-        if spec.name != name:
-            raise ValueError(f"member.json of {name} names {spec.name}: rerun the job that wrote it")
+    """The members one job serves (:func:`members`: its member.json inputs alone) and the
+    backend serving them (None without ``open_backend``: a job that runs no model).
+    ``names_param`` is not read: the rule's param of member names (rules/common.smk,
+    served_names) only keeps the job's record as runs made before have it; the argument stays
+    so the model scripts, unchanged, keep their mtime and nothing reruns."""
+    specs = members(sm)
     return specs, (backends.open_backend(job.backend, job.runtime, specs) if open_backend else None)
 
 

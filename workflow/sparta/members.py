@@ -1,4 +1,5 @@
-"""A member on disk: ``member.json`` names its base model and its PEFT adapter.
+"""A member: :class:`MemberSpec`, the one member type, in the config (an initial member) and
+on disk (a checkpoint's ``member.json``: its base model and its PEFT adapter).
 
 ``{"name", "base", "adapter"}``: ``base`` is a Hugging Face model folder (or a hub id,
 ``org/name``, kept as it is), ``adapter`` a PEFT adapter folder (or null: the base alone).
@@ -19,8 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-RESULTS = "results"
-"""The results root of the workflow, relative to its working directory: every output is under it."""
+from .fields import setting
+from .layout import RESULTS as RESULTS  # the results root (its owner: sparta.layout)
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -42,9 +43,21 @@ def _relative(target: str, start: Path) -> str:
 
 @dataclass(frozen=True)
 class MemberSpec:
-    name: str
-    base: str
-    adapter: str | None = None
+    """A member. In the config (``members:``, an initial member): ``base`` names one of
+    ``base_models`` (or is a model folder), ``adapter`` a PEFT adapter folder, ``sft_domain``
+    the domain of the short SFT that makes it. As a checkpoint (``member.json``, what model
+    jobs read): ``base`` is the model folder or hub id, ``adapter`` the adapter folder or
+    None; ``sft_domain`` is not stored (None)."""
+
+    name: str = setting(
+        help="Unique member name (used in file names and tables).",
+        schema={"pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*$"},
+    )
+    base: str = setting(help="A key of base_models, or a Hugging Face model folder.")
+    adapter: str | None = setting(None, help="PEFT adapter folder of the member (null: the base alone).")
+    sft_domain: str | None = setting(
+        None, help="Domain of the short LoRA SFT that creates the member (sft.data_dir/<domain>.jsonl)."
+    )
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> MemberSpec:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from .fields import inherit, setting, subset
 from .matchmaking import MatchSettings, Schedule
+from .members import MemberSpec
 from .reputation import ReputationSettings
 
 
@@ -592,19 +593,9 @@ class BaseModel:
     )
 
 
-@dataclass(frozen=True)
-class MemberConfig:
-    """A member of the initial pool."""
-
-    name: str = setting(
-        help="Unique member name (used in file names and tables).",
-        schema={"pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*$"},
-    )
-    base: str = setting(help="A key of base_models, or a Hugging Face model folder.")
-    adapter: str | None = setting(None, help="PEFT adapter folder of the member (null: the base alone).")
-    sft_domain: str | None = setting(
-        None, help="Domain of the short LoRA SFT that creates the member (sft.data_dir/<domain>.jsonl)."
-    )
+MemberConfig = MemberSpec
+"""A member of the initial pool: the one member type, :class:`sparta.members.MemberSpec` (its
+fields are declared there)."""
 
 
 @dataclass(frozen=True)
