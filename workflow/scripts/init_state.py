@@ -2,9 +2,9 @@
 
 from sparta import tables
 from sparta.logs import setup
-from sparta.reputation import PoolState, ReputationSettings
+from sparta.reputation import PoolState, ReputationParams
 
 sm = snakemake  # noqa: F821
 setup(sm.log[0])
-params = ReputationSettings(**sm.params.initial)
+params = ReputationParams(**sm.params.initial)
 tables.write(PoolState.initial(sm.params.members, params).to_frame(), sm.output.state, "state")

@@ -235,6 +235,11 @@ class ReputationSettings:
         return cls(**{**PRESETS[name], **overrides})
 
 
+# The name workflow/scripts/init_state.py imports: editing that script would make Snakemake
+# rerun init_state, and so everything after it, in every run finished before the rename.
+ReputationParams = ReputationSettings
+
+
 PRESETS: dict[str, dict] = {
     "sparta": {},
     # src1/rating_system.py's static mode: down-weighting from their iteration index 2 (the
