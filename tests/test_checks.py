@@ -9,7 +9,7 @@ import pytest
 from sparta import config as sparta_config
 from sparta.settings import Settings
 
-from .workflow_helpers import tiny_config
+from .workflow_helpers import stand_in_safetensors, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,40 @@ def world(tmp_path_factory, tiny_base):
         text = json.dumps(config) if config is not None else "{not json"
         (folder / "adapter_config.json").write_text(text)
         if weights:
-            (folder / "adapter_model.safetensors").write_bytes(b"")
+            stand_in_safetensors(folder / "adapter_model.safetensors")
+    # models and adapters by content: the tiny base copied, then one thing broken in each copy
+    import shutil
+
+    from sparta.modelfiles import weight_shapes
+
+    for name in ("truncated", "encoder", "no_template"):
+        shutil.copytree(tiny_base, root / name)
+    weights = root / "truncated" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    config = json.loads((root / "encoder" / "config.json").read_text())
+    (root / "encoder" / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    for f in ("chat_template.jinja", "chat_template.json"):
+        (root / "no_template" / f).unlink(missing_ok=True)
+    tok = json.loads((root / "no_template" / "tokenizer_config.json").read_text())
+    tok.pop("chat_template", None)
+    (root / "no_template" / "tokenizer_config.json").write_text(json.dumps(tok))
+    module, (out_features, in_features) = next(
+        (k.removesuffix(".weight"), v)
+        for k, v in weight_shapes(tiny_base).items()
+        if k.endswith("q_proj.weight")
+    )
+    lora = {"peft_type": "LORA", "r": 2}
+    peft = f"base_model.model.{module}"  # the names PEFT saves a LoRA of ``module`` under
+    for name, tensors in (  # made for another base: other widths, or a module this base lacks
+        (
+            "other_base",
+            {f"{peft}.lora_A.weight": [2, in_features + 8], f"{peft}.lora_B.weight": [out_features, 2]},
+        ),
+        ("alien_module", {"base_model.model.model.vision.proj.lora_A.weight": [2, 4]}),
+    ):
+        (root / name).mkdir()
+        (root / name / "adapter_config.json").write_text(json.dumps(lora))
+        stand_in_safetensors(root / name / "adapter_model.safetensors", tensors)
     (root / "null_prompts.jsonl").write_text('{"prompt": "What is 2 + 2?"}\n{"prompt": null}\n')
     return root
 
@@ -94,13 +127,24 @@ WORLD_CASES = [
     ({"prompts": {"file": "WORLD/null_prompts.jsonl", "answer_column": None, "id_column": None}}, "null"),
     ({"base_models": {"tiny": {"path": "/no/such/model"}}}, "base_models.tiny.path"),
     ({"base_models": {"tiny": {"path": "WORLD/no_weights"}}}, "has a config.json but no weights"),
+    ({"base_models": {"tiny": {"path": "WORLD/truncated"}}}, "model.safetensors is truncated"),
+    ({"base_models": {"tiny": {"path": "WORLD/encoder"}}}, "is a BertModel, not a causal language model"),
+    ({"base_models": {"tiny": {"path": "WORLD/no_template"}}}, "has no chat template"),
     (
-        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/not_peft"} for n in "abc"]},
-        "is not a PEFT LoRA config",
+        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/other_base"} for n in "abc"]},
+        "the adapter was made for another base model",
+    ),
+    (
+        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/alien_module"} for n in "abc"]},
+        "adapts model.vision.proj, which",
     ),
     (
         {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/no_weights_adapter"} for n in "abc"]},
         "has no adapter weights",
+    ),
+    (
+        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/not_peft"} for n in "abc"]},
+        "is not a PEFT LoRA config",
     ),
     (
         {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/broken_json"} for n in "abc"]},

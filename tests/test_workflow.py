@@ -315,11 +315,27 @@ def test_cli_on_a_finished_run(run_a, capsys):
         ["standings", str(work)],
         ["show", "t07-00001", "--run", str(run)],
         ["show", "nonsense", "--run", str(run)],
+        ["pairs", str(run / "iter_1"), "--member", "nobody"],
+        ["pairs", str(run / "iter_1"), "--trainee", "nobody"],
     ]
     for argv in bad:
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "its members: ann, bob, cid" in err
+    # `sparta pairs ... | head`: a reader that has gone away is no error (a pipe already closed)
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparta.cli", "pairs", str(run / "iter_1")],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+    )
+    os.close(write_end)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode()
 
 
 def test_report_outputs(run_a):

@@ -107,18 +107,34 @@ def tiny_config(base: Path, experiment: str = "tiny", **overrides) -> dict:
     return cfg
 
 
+def stand_in_safetensors(path: Path, tensors: dict[str, list[int]] | None = None) -> None:
+    """A well-formed safetensors file of float32 zeros (default: one tensor ``stand_in`` of
+    one value): its header reads as a real file's does, for the content checks."""
+    import json
+    import math
+    import struct
+
+    header, offset = {}, 0
+    for name, shape in (tensors or {"stand_in": [1]}).items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+
+
 def fake_model_folder(folder: Path, adapter: bool = False) -> None:
-    """A stand-in model or adapter folder (a config and an empty weights file): enough for the
-    config checks and a dry run, never loaded."""
+    """A stand-in model or adapter folder (a config and a stand-in weights file): enough for
+    the config checks and a dry run, never loaded."""
     import json
 
     folder.mkdir(parents=True, exist_ok=True)
     if adapter:
         (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 16}))
-        (folder / "adapter_model.safetensors").write_bytes(b"")
+        stand_in_safetensors(folder / "adapter_model.safetensors")
     else:
         (folder / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-        (folder / "model.safetensors").write_bytes(b"")
+        stand_in_safetensors(folder / "model.safetensors")
 
 
 def paper_workspace(work: Path, config_path: Path) -> Path:

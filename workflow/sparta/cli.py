@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -71,6 +72,11 @@ def cmd_pairs(args) -> pd.DataFrame:
     )
     judgments = _read_files(layout.round_files(folder, "judgments/*.parquet"), "judgments")
     prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
+    states = _read_files(layout.round_files(folder, "state.parquet"), "state")
+    members = sorted(set(states["member"]))
+    for flag, name in (("--member", args.member), ("--trainee", args.trainee)):
+        if name and members and name not in members:
+            raise CLIError(f"{flag} {name}: no such member in {folder}; its members: {', '.join(members)}")
     if args.trainee:
         from .train import pairs_of
 
@@ -383,7 +389,11 @@ def main(argv=None) -> int:
     except (CLIError, tables.TableError, FileNotFoundError) as e:
         print(f"sparta {args.command}: {e}", file=sys.stderr)
         return 2
-    _print(result, args.json)
+    try:
+        _print(result, args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `sparta pairs ... | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
     return 0
 
 

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
+from .modelfiles import adapter_problems, model_problems
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
 
@@ -279,7 +280,8 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
         if m.adapter and m.sft_domain:
             problems.append(f"{where}: give adapter or sft_domain, not both")
         if m.adapter:
-            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter"))
+            base = root / settings.base_folder(m.base)  # a GGUF base not yet converted: no shapes
+            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter", base))
         if m.sft_domain:
             path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
             problems.extend(_check_sft_data(path, where, settings.sft.examples))
@@ -291,7 +293,9 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
         if judge is not None:
             problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base"))
             if judge.adapter:
-                problems.extend(_check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter"))
+                problems.extend(
+                    _check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter", root / judge.base)
+                )
     problems.extend(_check_backend(settings))
     problems.extend(_check_method(settings, root))
     problems.extend(_check_reputation(settings))
@@ -404,7 +408,7 @@ def _check_method(settings: Settings, root: Path) -> list[str]:
         a = settings.baselines.annotator
         problems = _check_model_folder(root / a.base, "baselines.annotator.base")
         if a.adapter:
-            problems += _check_adapter_folder(root / a.adapter, "baselines.annotator.adapter")
+            problems += _check_adapter_folder(root / a.adapter, "baselines.annotator.adapter", root / a.base)
         return problems
     return []
 
@@ -415,10 +419,10 @@ def _check_model_folder(folder: Path, key: str) -> list[str]:
         return [f"{key}: {folder} is not a model folder (no config.json)"]
     if not any(any(folder.glob(pattern)) for pattern in WEIGHTS):
         return [f"{key}: {folder} has a config.json but no weights (*.safetensors or pytorch_model*.bin)"]
-    return []
+    return model_problems(folder, key)
 
 
-def _check_adapter_folder(folder: Path, key: str) -> list[str]:
+def _check_adapter_folder(folder: Path, key: str, base: Path | None = None) -> list[str]:
     """A PEFT adapter folder: a LoRA adapter_config.json and the adapter's weights."""
     config = folder / "adapter_config.json"
     if not config.is_file():
@@ -434,7 +438,7 @@ def _check_adapter_folder(folder: Path, key: str) -> list[str]:
         ]
     if not any((folder / w).is_file() for w in ADAPTER_WEIGHTS):
         return [f"{key}: {folder} has no adapter weights (adapter_model.safetensors)"]
-    return []
+    return adapter_problems(folder, base, key)
 
 
 def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:

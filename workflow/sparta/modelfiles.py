@@ -1,0 +1,162 @@
+"""Models and adapters checked by content before any job: safetensors headers (never the
+weights themselves), config.json, the tokenizer's chat template, and an adapter's LoRA
+shapes against its base. A truncated or empty weights file, a model that is not a causal LM,
+a tokenizer without a chat template, or an adapter made for another base (other module names
+or other shapes) is found here, with the folder and the fix, instead of in a model job.
+
+Pure: json and struct only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+HEADER_LIMIT = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
+AGAIN = "copy or download it again"
+
+
+class ModelFileError(ValueError):
+    """A model or adapter file whose content does not hold what its name says."""
+
+
+def safetensors_header(path: Path) -> dict[str, dict]:
+    """The tensors a safetensors file declares ({name: {dtype, shape, data_offsets}}), after
+    checking that the file is long enough to hold every one of them (a truncated copy fails)."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size < 8:
+        raise ModelFileError(f"{path} is empty or truncated ({size} bytes): copy or download it again")
+    with path.open("rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        if n > HEADER_LIMIT or 8 + n > size:
+            raise ModelFileError(
+                f"{path} is not a safetensors file or is truncated: copy or download it again"
+            )
+        try:
+            header = json.loads(f.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ModelFileError(
+                f"{path} has no readable safetensors header: copy or download it again"
+            ) from None
+    if not isinstance(header, dict):
+        raise ModelFileError(f"{path} has no readable safetensors header: {AGAIN}")
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    if not tensors:
+        raise ModelFileError(f"{path} holds no tensors: copy or download it again")
+    end = max(int(v["data_offsets"][1]) for v in tensors.values())
+    if 8 + n + end > size:
+        raise ModelFileError(
+            f"{path} is truncated ({size} bytes of {8 + n + end}): copy or download it again"
+        )
+    return tensors
+
+
+def weight_shapes(folder: Path) -> dict[str, list[int]] | None:
+    """Every weight's shape from the safetensors headers of a model folder (sharded or not);
+    None when the weights are not safetensors (pytorch_model.bin: not read without loading)."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        return None
+    shapes: dict[str, list[int]] = {}
+    for f in files:
+        shapes.update({k: list(v["shape"]) for k, v in safetensors_header(f).items()})
+    return shapes
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def has_chat_template(folder: Path) -> bool:
+    folder = Path(folder)
+    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+        return True
+    config = _read_json(folder / "tokenizer_config.json") or {}
+    return bool(config.get("chat_template"))
+
+
+def model_problems(folder: Path, key: str) -> list[str]:
+    """What keeps a model folder from serving as a base: not a causal LM, weights truncated or
+    empty, no chat template (every prompt and every training example goes through it)."""
+    folder = Path(folder)
+    problems = []
+    config = _read_json(folder / "config.json")
+    if config is None:
+        return [f"{key}: {folder / 'config.json'} is not a JSON object: copy or download the model again"]
+    arch = config.get("architectures") or []
+    if arch and not any(a.endswith("ForCausalLM") for a in arch):
+        problems.append(
+            f"{key}: {folder} is a {', '.join(arch)}, not a causal language model (*ForCausalLM): "
+            "name a chat model's folder"
+        )
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            safetensors_header(f)
+        except ModelFileError as e:
+            problems.append(f"{key}: {e}")
+    for f in sorted(folder.glob("pytorch_model*.bin")):
+        if f.stat().st_size == 0:
+            problems.append(f"{key}: {f} is empty: copy or download it again")
+    has_tokenizer = any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json"))
+    if has_tokenizer and not has_chat_template(folder):
+        problems.append(
+            f"{key}: the tokenizer in {folder} has no chat template (sparta prompts and trains every "
+            "member through it): use the instruct/chat version of the model, or add chat_template to "
+            "its tokenizer_config.json"
+        )
+    return problems
+
+
+_LORA = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<ab>[AB])(?:\.[^.]+)?\.weight$")
+
+
+def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
+    """What keeps a LoRA adapter from loading on ``base``: an empty or truncated weights file,
+    a LoRA module the base does not have, or LoRA shapes that do not fit the base's weights
+    (an adapter trained on another model)."""
+    folder = Path(folder)
+    weights = folder / "adapter_model.safetensors"
+    if not weights.is_file():
+        return []  # adapter_model.bin: not read without loading
+    try:
+        tensors = safetensors_header(weights)
+    except ModelFileError as e:
+        return [f"{key}: {e}"]
+    if base is None or not Path(base).is_dir():
+        return []
+    try:
+        shapes = weight_shapes(Path(base))
+    except ModelFileError:
+        return []  # the base's own check reports it
+    if shapes is None:
+        return []
+    problems = []
+    for name, info in sorted(tensors.items()):
+        m = _LORA.match(name)
+        if m is None:
+            continue
+        module, ab = m["module"], m["ab"]
+        target = shapes.get(f"{module}.weight")
+        if target is None:
+            problems.append(
+                f"{key}: {folder} adapts {module}, which {base} does not have: the adapter was made "
+                "for another base model; name that base, or train the member from this base (sft_domain)"
+            )
+            break
+        shape = list(info["shape"])
+        # LoRA A is (r, in_features), B is (out_features, r); the base weight is (out, in)
+        fits = len(target) == 2 and (shape[1] == target[1] if ab == "A" else shape[0] == target[0])
+        if not fits:
+            problems.append(
+                f"{key}: {folder}'s {name} has shape {shape}, which does not fit {module} of {base} "
+                f"(weight {target}): the adapter was made for another base model; name that base"
+            )
+            break
+    return problems
