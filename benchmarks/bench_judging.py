@@ -253,11 +253,18 @@ def evaluate(judge, table: pd.DataFrame, fmt: str, name: str, families: dict[str
     won = judged_wins(judge, table, cfg, conditions)
     plain = won.pop("plain")
     right = np.where(table["a_right"], 1.0 - plain, plain)  # the right answer's win
-    result = {"plain_b": float(plain.mean()), "right": right.tolist(), "families": {}}
+    result = {
+        "plain_b": float(plain.mean()),
+        "plain_wins": plain.tolist(),
+        "right": right.tolist(),
+        "families": {},
+    }
     for family in families:
         result["families"][family] = {"win_b": float(won[family].mean()), "wins": won[family].tolist()}
         if family != "control":
             result["families"][family].update(interval(won[family] - won["control"]))
+            over_plain = interval(won[family] - plain)
+            result["families"][family]["over_plain"] = [over_plain[k] for k in ("gain", "low", "high")]
     # honest answers: the phrase version (B) against the plain version (A)
     items = [JudgeItem(p, x) for p, phrase, bare in HONEST for x in (bare, phrase)]
     seeds = [derive_seed(0, k, side, "bench-honest") for k in range(len(HONEST)) for side in "ab"]
@@ -348,7 +355,11 @@ def show(results: dict, fmt: str, combos: list[str]) -> None:
             g = interval(np.asarray(r["right"]) - np.asarray(runs["none"]["right"]))
             line += f", vs none {g['gain']:+.1f} [{g['low']:+.1f}, {g['high']:+.1f}]"
         honest = np.asarray(r["honest_wins"])
-        line += f"; B plain {100 * r['plain_b']:.1f}%, control {100 * r['families']['control']['win_b']:.1f}%"
+        control = interval(np.asarray(r["families"]["control"]["wins"]) - np.asarray(r["plain_wins"]))
+        line += (
+            f"; B plain {100 * r['plain_b']:.1f}%, control {100 * r['families']['control']['win_b']:.1f}% "
+            f"({control['gain']:+.1f} [{control['low']:+.1f}, {control['high']:+.1f}] on plain)"
+        )
         print(line)
         for f in fams:
             x = r["families"][f]
@@ -356,7 +367,8 @@ def show(results: dict, fmt: str, combos: list[str]) -> None:
             flag = "  (above the target)" if above else ""
             print(
                 f"   {f:34} win {100 * x['win_b']:5.1f}%  gain {x['gain']:+6.1f} "
-                f"[{x['low']:+6.1f}, {x['high']:+6.1f}]  n = {x['n']}{flag}"
+                f"[{x['low']:+6.1f}, {x['high']:+6.1f}]  n = {x['n']}  (over plain "
+                f"{x['over_plain'][0]:+.1f} [{x['over_plain'][1]:+.1f}, {x['over_plain'][2]:+.1f}]){flag}"
             )
         cost = ""
         if "none" in runs and c != "none":
