@@ -25,6 +25,7 @@ from sparta.settings import JudgeSettings, Sampling
 from .helpers import served_model
 
 EXPECTED = JudgeSettings(mode="expected", max_length=512, batch_size=2)
+PUBLIC = replace(EXPECTED, secret_labels=False)  # the public scores 1-10 as candidates
 
 
 @pytest.mark.parametrize(
@@ -72,9 +73,9 @@ def test_expected_mode_equals_brute_force(tiny):
     candidate sequence alone."""
     model, tok = tiny
     items = [JudgeItem("What is 3 + 4?", "7"), JudgeItem("What is 3 + 4?", "It is 10, I think. " * 3)]
-    out = judge_duels(served_model(model, tok), items, EXPECTED, "sys")
+    out = judge_duels(served_model(model, tok), items, PUBLIC, "sys")
     for item, j in zip(items, out):
-        user, _, _ = judge_ids(tok, item.prompt, [item.response], EXPECTED, "sys", ASSISTANT_PREFIX)
+        user, _, _ = judge_ids(tok, item.prompt, [item.response], PUBLIC, "sys", ASSISTANT_PREFIX)
         prompt, conts = candidate_ids(
             [chat_ids(tok, user, "sys", ASSISTANT_PREFIX + f"{s}}}") for s in SCORES]
         )
@@ -170,7 +171,7 @@ def test_additive_rubric_expected_mode_equals_brute_force(tiny):
 
     model, tok = tiny
     item = JudgeItem("What is 3 + 4?", "7")
-    cfg = replace(EXPECTED, max_length=2048)  # the prompt is ~800 tokens on the tiny tokenizer
+    cfg = replace(PUBLIC, max_length=2048)  # the prompt is ~800 tokens on the tiny tokenizer
     (j,) = judge_answers(served_model(model, tok), [item], cfg, "sys", rubric=ADDITIVE_RUBRIC)
     user, _, _ = judge_ids(tok, item.prompt, [item.response], cfg, "sys", "Score: ", ADDITIVE_RUBRIC)
     assert "additive 5-point" in user and '"Score: <total points>"' in user and "What is 3 + 4?" in user

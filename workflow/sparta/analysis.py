@@ -17,7 +17,7 @@ import pandas as pd
 from scipy.stats import pearsonr
 
 from . import metrics, tables
-from .judging import suspicious
+from .judging import FAMILIES, attack_families
 
 
 def edit_distance(a: list, b: list) -> int:
@@ -171,26 +171,31 @@ def judges_label_accuracy(
 
 
 def reward_hacking(prefs: pd.DataFrame) -> pd.DataFrame:
-    """Per iteration, how many chosen and rejected answers hold score-like text or a note
-    addressed to the judge (what a member would learn to write if judges could be talked
-    into scores), with 95% Wilson intervals of the shares."""
+    """Per iteration and attack family (:data:`sparta.judging.FAMILIES`, and ``any``: at least
+    one), how many chosen and rejected answers the family classifier flags (what a member
+    would learn to write if judges could be talked into scores), with 95% Wilson intervals of
+    the shares. A monitor: its patterns also match some honest text, so compare chosen with
+    rejected and iterations with each other rather than reading a share as a count of attacks."""
     rows = []
     for it, g in prefs.groupby("iteration"):
         n = len(g)
-        row = {"iteration": int(it), "pairs": n}
-        for side in ("chosen", "rejected"):
-            k = int(g[side].map(suspicious).sum())
-            low, high = metrics.wilson_interval(k, n)
-            row.update(
-                {
-                    f"{side}_flagged": k,
-                    f"{side}_share": k / n,
-                    f"{side}_share_low": low,
-                    f"{side}_share_high": high,
-                }
-            )
-        rows.append(row)
-    columns = ["iteration", "pairs"] + [
+        found = {side: g[side].fillna("").map(attack_families) for side in ("chosen", "rejected")}
+        for family in ("any", *FAMILIES):
+            row = {"iteration": int(it), "family": family, "pairs": n}
+            for side in ("chosen", "rejected"):
+                hit = found[side].map(bool if family == "any" else (lambda fs, f=family: f in fs))
+                k = int(hit.sum())
+                low, high = metrics.wilson_interval(k, n)
+                row.update(
+                    {
+                        f"{side}_flagged": k,
+                        f"{side}_share": k / n,
+                        f"{side}_share_low": low,
+                        f"{side}_share_high": high,
+                    }
+                )
+            rows.append(row)
+    columns = ["iteration", "family", "pairs"] + [
         f"{side}_{x}"
         for side in ("chosen", "rejected")
         for x in ("flagged", "share", "share_low", "share_high")

@@ -192,7 +192,10 @@ def diversity(div: pd.DataFrame):
 
 
 def reward_hacking(table: pd.DataFrame):
-    """Share of chosen and rejected answers holding score-like text or notes to the judge."""
+    """Share of chosen and rejected answers flagged by the attack-family classifier (any
+    family; the table has each family's counts too)."""
+    if "family" in table.columns:
+        table = table[table["family"] == "any"]
     if len(table) == 0:
         return empty("Reward hacking", "no preference pairs")
     with plt.rc_context(STYLE):
@@ -207,7 +210,7 @@ def reward_hacking(table: pd.DataFrame):
     ax.set_ylim(-0.05, 1.05)
     ax.set_xticks(sorted(x.unique()))
     ax.set_xlabel("iteration")
-    ax.set_ylabel("share with score-like text or notes to the judge")
+    ax.set_ylabel("share flagged by an attack family")
     ax.set_title("Are the members learning to talk to the judges?")
     ax.legend(fontsize=8)
     return fig

@@ -188,11 +188,30 @@ class _Judging:
         source="sparta",
         authors="(their code: none)",
     )
-    sanitize: bool = setting(
+    secret_labels: bool = setting(
         True,
-        help="Defence: score-like text and notes addressed to the judge in an answer are replaced by "
-        "[removed] before judging; the stored answer is unchanged.",
-        constant="judging defence: sanitising",
+        help="Defence (expected mode): the judge answers with secret labels drawn per judgment from a "
+        "seeded random set (the score levels pointwise, the two answers pairwise), mapped back to the "
+        "score, so an answer cannot name the token its judge is scored on.",
+        constant="judging defence: secret verdict labels",
+        source="sparta",
+        authors="(their code: none)",
+    )
+    datamark: bool = setting(
+        True,
+        help="Defence: spotlighting by datamarking (Hines et al. 2024); the answer is shown with a "
+        "marker in place of its whitespace, and the judge is told marked text is data, never "
+        "instructions.",
+        constant="judging defence: datamarking",
+        source="sparta",
+        authors="(their code: none)",
+    )
+    sanitize: bool = setting(
+        False,
+        help="The word-list monitor also alters what the judge reads: score-like text and notes "
+        "addressed to the judge are replaced by [removed] (off: it only flags, the judgments' "
+        "sanitized column; the stored answer is never changed).",
+        constant="judging monitor: word-list sanitiser (flags only)",
         source="sparta",
         authors="(their code: none)",
     )

@@ -68,8 +68,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("error", _str),
             ("truncated", pa.bool_()),
             ("format", _str),  # pointwise | pairwise
-            ("defences", _str),  # the defences on: plain_text, sanitize, fence (or none)
-            ("sanitized", pa.bool_()),  # the sanitizer removed something from this answer
+            # the defences on: secret_labels, datamark, plain_text, sanitize, fence (or none)
+            ("defences", _str),
+            # the word-list monitor flagged this answer (altered for the judge only with sanitize)
+            ("sanitized", pa.bool_()),
             ("prompt_tokens", pa.int64()),  # tokens the judge read for this answer (inference cost)
         ]
     ),
@@ -291,9 +293,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("accuracy_high", _f64),
         ]
     ),
-    # per iteration: chosen / rejected answers holding score-like text or notes to the judge
+    # per iteration and attack family (judging.FAMILIES; "any": at least one family): chosen /
+    # rejected answers the family classifier flags
     "reward_hacking": pa.schema(
-        [("iteration", _i32), ("pairs", pa.int64())]
+        [("iteration", _i32), ("family", _str), ("pairs", pa.int64())]
         + [
             (f"{side}_{x}", pa.int64() if x == "flagged" else _f64)
             for side in ("chosen", "rejected")

@@ -50,7 +50,13 @@ class SPPO(Method):
                     ]
         judged = run.run(
             asked,
-            lambda served, group: judge_duels(served, [asked[i][4] for i in group], pairwise, run.system),
+            lambda served, group: judge_duels(
+                served,
+                [asked[i][4] for i in group],
+                pairwise,
+                run.system,
+                [run.seed("annotator", *asked[i][1:4]) for i in group],
+            ),
         )
         if run.reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
             for k in range(0, len(asked), 2):
