@@ -15,6 +15,11 @@ from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
 
 
+# hf:// hub ids (sparta/hub.py): a dry run plans their download; a real run with an id neither
+# in the cache nor reachable stops in the config check below
+from sparta import hub
+
+hub.PLANNING = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
 # the schema (every problem at once, one line each; numbers read by their meaning, in place)
 sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
@@ -33,6 +38,12 @@ for note in STUDY.notes:
 locks.install(workflow, STUDY.name, "study" if STUDY.is_study else "experiment")
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
+# Hub ids of every run, downloaded once by the local rule hub_download (pool.smk) into the
+# Hugging Face cache; its manifest is an input (ancient: only that it exists) of every
+# initial member, so every model job comes after it. Jobs never touch the network.
+HUB_IDS = sorted({i for s in RUNS.values() for i in sparta_config.hub_ids(s)})
+HUB_INPUT = [ancient(layout.hub_manifest())] if HUB_IDS else []
+os.environ["HF_HUB_OFFLINE"] = "1"  # every job (a local rule's download says otherwise)
 EXPERIMENTS = list(STUDY.experiments)
 WIDE = STUDY.settings  # the study-wide settings (sparta.study.StudySettings): fan-out, backend, resources
 MEMBER_SPECS = {m.name: m for s in RUNS.values() for m in s.members}
@@ -123,8 +134,17 @@ def base_folder(wildcards):
 
 
 def base_marker(wildcards):
-    """The config.json of a member's base: ties a member to the rule that builds its base."""
-    return f"{base_folder(wildcards)}/config.json"
+    """The config.json of a member's base: ties a member to the rule that builds its base (a
+    hub id: none; HUB_INPUT ties it to the download)."""
+    folder = base_folder(wildcards)
+    return [] if hub.is_ref(folder) else f"{folder}/config.json"
+
+
+def from_hub(member):
+    """Whether an initial member's base or adapter is a hub id (rule init_hub_member)."""
+    spec = MEMBER_SPECS[member]
+    runs = [s for s in RUNS.values() if member in s.member_names]
+    return any(hub.is_ref(v) for s in runs for v in (s.base_folder(spec.base), spec.adapter))
 
 
 def checkpoint_json(exp, member, c):

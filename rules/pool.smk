@@ -6,10 +6,11 @@ rule init_member:
     (Members with an sft_domain come from rule sft_member, in train.smk.)"""
     input:
         base=base_marker,
+        hub=HUB_INPUT,
     output:
         member=layout.member_json("{exp}", 0, "{member}"),
     wildcard_constraints:
-        member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS]),
+        member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS and not from_hub(m)]),
     params:
         member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
         base=base_folder,
@@ -39,3 +40,42 @@ rule init_state:
         "../envs/core.yaml"
     script:
         "../workflow/scripts/init_state.py"
+
+
+rule hub_download:
+    """Every hf:// hub id of the runs into the Hugging Face cache, once (files already there
+    are not fetched again), and the manifest model jobs resolve ids with (sparta/hub.py). A
+    local rule: it runs where snakemake runs (a cluster's login node, with the network)."""
+    output:
+        manifest=layout.hub_manifest(),
+    params:
+        ids=HUB_IDS,
+        offline=hub.USER_OFFLINE,
+    log:
+        layout.hub_log(),
+    localrule: True
+    conda:
+        "../envs/train.yaml"  # huggingface_hub (with transformers)
+    script:
+        "../workflow/scripts/hub_download.py"
+
+
+rule init_hub_member:
+    """An initial member whose base or adapter is a hub id: member.json keeps the id (model
+    jobs resolve it through the manifest to the cached snapshot)."""
+    input:
+        hub=HUB_INPUT,
+    output:
+        member=layout.member_json("{exp}", 0, "{member}"),
+    wildcard_constraints:
+        member=alternatives([m for m in MEMBERS if m not in SFT_MEMBERS and from_hub(m)]),
+    params:
+        member=lambda wc: as_data(MEMBER_SPECS[wc.member]),
+        base=base_folder,
+    log:
+        layout.log("{exp}", "init_{member}", t=0),
+    localrule: True
+    conda:
+        "../envs/core.yaml"
+    script:
+        "../workflow/scripts/init_hub_member.py"

@@ -6,6 +6,7 @@ rule sft_member:
     """A member of the initial pool with an sft_domain: a short LoRA SFT on its domain."""
     input:
         base=base_marker,
+        hub=HUB_INPUT,
         sft=sft_data,
     output:
         member=layout.member_json("{exp}", 0, "{member}"),

@@ -18,6 +18,7 @@ import math
 import re
 from pathlib import Path
 
+from . import hub
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .modelfiles import adapter_problems, model_problems
 from .settings import Settings, SettingsError, TaskSpec
@@ -259,7 +260,7 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
         if spec.path is not None and gguf:
             problems.append(f"base_models.{name}: give either path or gguf_package + gguf_file")
         elif spec.path is not None:
-            problems.extend(_check_model_folder(root / spec.path, f"base_models.{name}.path"))
+            problems.extend(_check_model_folder(root / spec.path, f"base_models.{name}.path", notes))
         elif spec.gguf_package and spec.gguf_file:
             try:
                 gguf_path(spec.gguf_package, spec.gguf_file)
@@ -270,7 +271,9 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
     for i, m in enumerate(members):
         where = f"members[{i}] ({m.name})"
         if m.base not in settings.base_models:
-            if (root / m.base / "config.json").is_file():
+            if hub.is_ref(m.base):
+                problems.extend(_check_model_folder(root / m.base, f"{where}.base", notes))
+            elif (root / m.base / "config.json").is_file():
                 problems.extend(_check_model_folder(root / m.base, f"{where}.base"))
             else:
                 problems.append(
@@ -281,7 +284,7 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             problems.append(f"{where}: give adapter or sft_domain, not both")
         if m.adapter:
             base = root / settings.base_folder(m.base)  # a GGUF base not yet converted: no shapes
-            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter", base))
+            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter", notes, base))
         if m.sft_domain:
             path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
             problems.extend(_check_sft_data(path, where, settings.sft.examples))
@@ -291,13 +294,15 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             problems.extend(_check_task(task, settings, root))
         judge = settings.evaluation.judge
         if judge is not None:
-            problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base"))
+            problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base", notes))
             if judge.adapter:
                 problems.extend(
-                    _check_adapter_folder(root / judge.adapter, "evaluation.judge.adapter", root / judge.base)
+                    _check_adapter_folder(
+                        root / judge.adapter, "evaluation.judge.adapter", notes, root / judge.base
+                    )
                 )
     problems.extend(_check_backend(settings))
-    problems.extend(_check_method(settings, root))
+    problems.extend(_check_method(settings, root, notes))
     problems.extend(_check_reputation(settings))
     problems.extend(_check_context(settings, root))
     ev = settings.evaluation
@@ -349,11 +354,38 @@ def context_length(folder: Path) -> int | None:
     return None
 
 
+def hub_ids(settings: Settings) -> list[str]:
+    """Every ``hf://`` hub id a run loads: its members' bases and adapters, the evaluation
+    judge (evaluation on), sppo's annotator (method sppo)."""
+    values = [settings.base_folder(m.base) for m in settings.members]
+    values += [m.adapter for m in settings.members]
+    judge = settings.evaluation.judge
+    if settings.evaluation.enabled and judge is not None:
+        values += [judge.base, judge.adapter]
+    annotator = settings.baselines.annotator
+    if settings.method == "sppo" and annotator is not None:
+        values += [annotator.base, annotator.adapter]
+    return list(dict.fromkeys(v for v in values if hub.is_ref(v)))
+
+
+def _local(root: Path, folder: str) -> Path:
+    """A model folder of the config on this machine: a hub id's cached snapshot (or a path
+    that does not exist when it is not downloaded yet: the check waits for the download)."""
+    if hub.is_ref(folder):
+        try:
+            return hub.cached(hub.parse(folder)) or root / "_not_downloaded_"
+        except hub.HubError:
+            return root / "_not_downloaded_"
+    return root / folder
+
+
 def _check_context(settings: Settings, root: Path) -> list[str]:
     """Token budgets that do not fit the context of a base model the run uses (read from its
     config.json, before any job): generation must leave room for a prompt."""
     bases = {settings.base_folder(m.base) for m in settings.members}
-    found = [(n, folder) for folder in sorted(bases) if (n := context_length(root / folder)) is not None]
+    found = [
+        (n, folder) for folder in sorted(bases) if (n := context_length(_local(root, folder))) is not None
+    ]
     if not found:
         return []
     context, folder = min(found)
@@ -383,7 +415,7 @@ def _check_context(settings: Settings, root: Path) -> list[str]:
     return problems
 
 
-def _check_method(settings: Settings, root: Path) -> list[str]:
+def _check_method(settings: Settings, root: Path, notes: list[str] | None = None) -> list[str]:
     """What a baseline needs that the config may lack."""
     m = settings.method
     if settings.judge.kind == "reference":
@@ -406,15 +438,56 @@ def _check_method(settings: Settings, root: Path) -> list[str]:
         return [f"method {m}: a member scores each of its own answers alone: set judge.format: pointwise"]
     if m == "sppo" and settings.baselines.annotator is not None:
         a = settings.baselines.annotator
-        problems = _check_model_folder(root / a.base, "baselines.annotator.base")
+        problems = _check_model_folder(root / a.base, "baselines.annotator.base", notes)
         if a.adapter:
-            problems += _check_adapter_folder(root / a.adapter, "baselines.annotator.adapter", root / a.base)
+            problems += _check_adapter_folder(
+                root / a.adapter, "baselines.annotator.adapter", notes, root / a.base
+            )
         return problems
     return []
 
 
-def _check_model_folder(folder: Path, key: str) -> list[str]:
-    """A Hugging Face model folder: config.json and weights."""
+def _hub_folder(folder: Path | str, key: str, want: str, notes: list[str] | None) -> Path | str | list[str]:
+    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its
+    snapshot folder in the Hugging Face cache (never the network). An id not in the cache is
+    deferred (a list: no problem, a note) while rule hub_download can fetch it (a dry run, or
+    the hub answers here), else a problem naming the command that fetches it."""
+    value = str(folder)
+    start = value.find(hub.PREFIX.rstrip("/"))
+    if start < 0:
+        return folder
+    value = hub.PREFIX + value[start + len(hub.PREFIX) - 1 :].lstrip("/")  # root / "hf://x" -> "hf:/x"
+    try:
+        ref = hub.parse(value)
+    except hub.HubError as e:
+        return [f"{key}: {e}"]
+    found = hub.cached(ref)
+    if found is None:
+        if hub.PLANNING or hub.reachable():
+            if notes is not None:
+                notes.append(
+                    f"{ref.id} ({key}) is not in the Hugging Face cache yet: rule hub_download fetches it"
+                )
+            return []
+        return [hub.missing_message(ref, key)]
+    held = hub.kind(found)
+    if want == "model" and held == "adapter":
+        return [
+            f"{key}: {ref.id} holds a PEFT adapter (adapter_config.json), not a full model: give it as a "
+            "member's adapter, with the model it adapts as base"
+        ]
+    if want == "adapter" and held == "model":
+        return [
+            f"{key}: {ref.id} holds a full model, not a PEFT adapter: give it as a base (or members[].base)"
+        ]
+    return found
+
+
+def _check_model_folder(folder: Path, key: str, notes: list[str] | None = None) -> list[str]:
+    """A Hugging Face model folder: config.json and weights (a hub id: its cached snapshot)."""
+    folder = _hub_folder(folder, key, "model", notes)
+    if isinstance(folder, list):
+        return folder
     if not (folder / "config.json").is_file():
         return [f"{key}: {folder} is not a model folder (no config.json)"]
     if not any(any(folder.glob(pattern)) for pattern in WEIGHTS):
@@ -422,8 +495,17 @@ def _check_model_folder(folder: Path, key: str) -> list[str]:
     return model_problems(folder, key)
 
 
-def _check_adapter_folder(folder: Path, key: str, base: Path | None = None) -> list[str]:
-    """A PEFT adapter folder: a LoRA adapter_config.json and the adapter's weights."""
+def _check_adapter_folder(
+    folder: Path, key: str, notes: list[str] | None = None, base: Path | None = None
+) -> list[str]:
+    """A PEFT adapter folder: a LoRA adapter_config.json and the adapter's weights (a hub id:
+    its cached snapshot), and when its ``base`` folder is at hand, LoRA shapes that fit it."""
+    folder = _hub_folder(folder, key, "adapter", notes)
+    if isinstance(folder, list):
+        return folder
+    if base is not None:  # a hub id's cached snapshot; not downloaded or not converted yet: no shapes
+        base = _hub_folder(base, key, "model", None)
+        base = None if isinstance(base, list) else Path(base)
     config = folder / "adapter_config.json"
     if not config.is_file():
         return [f"{key}: {folder} is not a PEFT adapter folder (no adapter_config.json)"]

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from . import layout, tables
+from . import hub, layout, tables
 from .files import follow_umask
-from .members import MemberSpec, is_hub_id
+from .members import MemberSpec, hub_name, is_hub_id
 
 SELECTION_STAGES = ("selected", "best final", "best initial")
 PROPORTIONS = ("exact_match", "multiple_choice")
@@ -120,7 +120,10 @@ def base_provenance(run: Path, base: str) -> dict:
     the run converted it from a GGUF shipped in a package (results/_bases/<name>), ``{"kind":
     "hub", "id"}`` for a hub id, else ``{"kind": "folder"}``."""
     if is_hub_id(base):
-        return {"kind": "hub", "id": base}
+        out = {"kind": "hub", "id": hub_name(base)}
+        if base != out["id"]:
+            out["reference"] = base  # hf://org/name[@revision], as the config named it
+        return out
     folder = Path(base)
     spec = run_settings(run).get("base_models", {}).get(folder.name) or {}
     if folder.parent.name == "_bases" and spec.get("gguf_file"):
@@ -319,7 +322,7 @@ def model_card(
         lines.append("- not the evaluation's selection for any task (exported by name)")
     lines += ["", "## Base model", ""]
     if provenance["kind"] == "hub":
-        lines.append(f"- the hub model `{spec.base}`")
+        lines.append(f"- the hub model `{provenance['id']}`")
     else:
         lines.append(f"- folder: `{Path(spec.base).resolve()}`")
         if base_digest:
@@ -474,7 +477,7 @@ def export(
     spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
     if not merge and spec.adapter is None:
         raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
-    hub_base = base_id or (spec.base if is_hub_id(spec.base) else None)
+    hub_base = base_id or hub_name(spec.base)
     if push_to is not None and not merge and hub_base is None:
         raise ExportError(
             "an adapter on the hub must name a public base: give --base-id ORG/NAME (or --merge)"
@@ -495,15 +498,18 @@ def export(
         raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
     from .models import load_tokenizer
 
-    tok = load_tokenizer(spec.base)
+    # hf:// ids: their snapshot folders in the Hugging Face cache, at the run's manifest commits
+    manifest = hub.find_manifest(run)
+    base_folder, adapter_folder = (hub.local(p, manifest) for p in (spec.base, spec.adapter))
+    tok = load_tokenizer(base_folder)
     torch_dtype = None
     if merge:
         torch_dtype = merge_dtype(run, dtype)
-        model = merge_into_base(spec.base, spec.adapter, torch_dtype)
+        model = merge_into_base(base_folder, adapter_folder, torch_dtype)
         model.save_pretrained(out, max_shard_size=max_shard_size)
         del model
     else:
-        for f in Path(spec.adapter).iterdir():
+        for f in Path(adapter_folder).iterdir():
             if f.is_file():
                 shutil.copyfile(f, out / f.name)
         config_path = out / "adapter_config.json"

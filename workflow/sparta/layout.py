@@ -15,6 +15,9 @@ A run (one experiment, or a study's shared initial pool) is a folder ``results/<
     report/<figure>.png, settings.yaml, reputation_history.parquet, final_state.parquet
     logs/..., benchmarks/...
 
+Shared by every run: ``results/_bases/<base>/`` (converted GGUF bases) and
+``results/_hub/manifest.parquet`` (the hf:// hub ids downloaded into the Hugging Face cache).
+
 Every function takes the run id and numbers, and returns the path as a string relative to the
 workflow's working directory; given wildcards (``"{exp}"``, ``"{t}"``) it returns the rule's
 pattern, so rules declare their outputs through the same functions. :class:`RunFolder` reads
@@ -139,6 +142,16 @@ def study_file(study, name: str) -> str:
 def base_dir(base) -> str:
     """The safetensors folder a GGUF base is converted to, shared by every run."""
     return f"{RESULTS}/_bases/{base}"
+
+
+def hub_manifest() -> str:
+    """The hub ids of every run, downloaded into the Hugging Face cache (rule hub_download):
+    id, requested revision, resolved commit, files, size (sparta.hub)."""
+    return f"{RESULTS}/_hub/manifest.parquet"
+
+
+def hub_log() -> str:
+    return f"{RESULTS}/_hub/logs/hub_download.log"
 
 
 def base_log(base, benchmark: bool = False) -> str:

@@ -2,7 +2,8 @@
 on disk (a checkpoint's ``member.json``: its base model and its PEFT adapter).
 
 ``{"name", "base", "adapter"}``: ``base`` is a Hugging Face model folder (or a hub id,
-``org/name``, kept as it is), ``adapter`` a PEFT adapter folder (or null: the base alone).
+``org/name`` or ``hf://org/name[@revision]``, kept as it is), ``adapter`` a PEFT adapter
+folder, an ``hf://`` hub id (kept as it is; model jobs resolve it, sparta.hub), or null.
 Paths are stored relative to the ``member.json``'s own folder where that keeps a moved
 results folder whole: an adapter inside that folder, and a base inside the results root
 (``results/_bases/<base>``: ``"../../../../_bases/smollm2"``) when the writer names the
@@ -27,8 +28,18 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def is_hub_id(base: str) -> bool:
-    """``org/name`` that is not a local path: a model on the Hugging Face hub."""
+    """A model on the Hugging Face hub: ``hf://org/name[@revision]`` (sparta.hub), or plain
+    ``org/name`` that is not a local path."""
+    if base.startswith("hf://"):
+        return True
     return bool(_HUB_ID.fullmatch(base)) and not base.startswith(".") and not Path(base).exists()
+
+
+def hub_name(base: str) -> str | None:
+    """The hub's ``org/name`` of a hub id (see :func:`is_hub_id`), else None."""
+    if not is_hub_id(base):
+        return None
+    return base.removeprefix("hf://").split("@", 1)[0]
 
 
 def base_reference(base: str) -> str:
@@ -53,8 +64,14 @@ class MemberSpec:
         help="Unique member name (used in file names and tables).",
         schema={"pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*$"},
     )
-    base: str = setting(help="A key of base_models, or a Hugging Face model folder.")
-    adapter: str | None = setting(None, help="PEFT adapter folder of the member (null: the base alone).")
+    base: str = setting(
+        help="A key of base_models, a Hugging Face model folder, or a hub id hf://<org>/<name>[@<revision>]."
+    )
+    adapter: str | None = setting(
+        None,
+        help="PEFT adapter folder of the member, or a hub id hf://<org>/<name>[@<revision>] (null: the "
+        "base alone).",
+    )
     sft_domain: str | None = setting(
         None, help="Domain of the short LoRA SFT that creates the member (sft.data_dir/<domain>.jsonl)."
     )
@@ -66,7 +83,7 @@ class MemberSpec:
         path = Path(path)
         data = json.loads(path.read_text())
         adapter = data.get("adapter")
-        if adapter is not None and not os.path.isabs(adapter):
+        if adapter is not None and not os.path.isabs(adapter) and not adapter.startswith("hf://"):
             adapter = str((path.parent / adapter).resolve())
         base = data["base"]
         if base.startswith(("./", "../")):
@@ -79,7 +96,11 @@ class MemberSpec:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         adapter = self.adapter
-        if adapter is not None and Path(adapter).resolve().is_relative_to(path.parent.resolve()):
+        if (
+            adapter is not None
+            and not adapter.startswith("hf://")
+            and Path(adapter).resolve().is_relative_to(path.parent.resolve())
+        ):
             adapter = os.path.relpath(Path(adapter).resolve(), path.parent.resolve())
         base = self.base
         if (
@@ -93,8 +114,18 @@ class MemberSpec:
         os.replace(tmp, path)
 
 
+def local_folder(path: str | os.PathLike) -> str | os.PathLike:
+    """A folder as a local path: an ``hf://`` hub id becomes its snapshot folder in the Hugging
+    Face cache, at the commit the hub manifest recorded (sparta.hub.local; never the network)."""
+    if isinstance(path, str) and path.startswith("hf://"):
+        from .hub import local
+
+        return local(path)
+    return path
+
+
 def check_model_folder(path: str | os.PathLike, what: str = "model") -> Path:
-    path = Path(path)
+    path = Path(local_folder(path))
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"{what} folder {path} has no config.json: point it at a Hugging Face model folder"
@@ -103,7 +134,8 @@ def check_model_folder(path: str | os.PathLike, what: str = "model") -> Path:
 
 
 def check_adapter_folder(path: str | os.PathLike) -> Path:
-    path = Path(path)
+    """The adapter folder (a hub id resolved, :func:`local_folder`), checked."""
+    path = Path(local_folder(path))
     if not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(f"adapter folder {path} has no adapter_config.json (a PEFT adapter)")
     return path

@@ -144,13 +144,13 @@ class MemberLoader:
                 )
             if spec.name in loaded:
                 continue
-            check_adapter_folder(spec.adapter)
+            folder = str(check_adapter_folder(spec.adapter))
             if not isinstance(model, PeftModel):
-                model = PeftModel.from_pretrained(model, spec.adapter, adapter_name=spec.name)
+                model = PeftModel.from_pretrained(model, folder, adapter_name=spec.name)
                 model.to(self.device).eval()
                 self._bases[base] = model
             else:
-                model.load_adapter(spec.adapter, adapter_name=spec.name)
+                model.load_adapter(folder, adapter_name=spec.name)
             loaded[spec.name] = spec.adapter
         return model
 

@@ -370,8 +370,10 @@ class SFTSettings:
 class JudgeModel:
     """A judge model: a model folder and, optionally, a PEFT adapter."""
 
-    base: str = setting(help="Model folder of the judge.")
-    adapter: str | None = setting(None, help="Optional PEFT adapter of the judge.")
+    base: str = setting(help="Model folder of the judge, or a hub id hf://<org>/<name>[@<revision>].")
+    adapter: str | None = setting(
+        None, help="Optional PEFT adapter of the judge (a folder or an hf:// hub id)."
+    )
 
 
 @dataclass(frozen=True)
@@ -603,7 +605,12 @@ class BaseModel:
     (a GGUF file inside an installed Python package, converted once to a safetensors folder
     under results/_bases/)."""
 
-    path: str | None = setting(None, help="Hugging Face model folder.", schema={"type": "string"})
+    path: str | None = setting(
+        None,
+        help="Hugging Face model folder, or a hub id hf://<org>/<name>[@<revision>] (downloaded "
+        "once into the Hugging Face cache by rule hub_download).",
+        schema={"type": "string"},
+    )
     gguf_package: str | None = setting(
         None, help="Installed package that carries a GGUF file.", schema={"type": "string"}
     )

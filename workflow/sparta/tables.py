@@ -313,6 +313,18 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("r_member_means", _f64),
         ]
     ),
+    # one row per hub id of the runs, as rule hub_download downloaded it (sparta.hub)
+    "hub_manifest": pa.schema(
+        [
+            ("id", _str),
+            ("repo", _str),
+            ("requested_revision", _str),
+            ("commit", _str),
+            ("kind", _str),
+            ("files", pa.int64()),
+            ("size", pa.int64()),
+        ]
+    ),
     # reputation state at the end of every iteration
     "standings": pa.schema(
         [

@@ -258,18 +258,17 @@ class TrainableMembers:
 
         if spec.base != self.base:
             self.model, self.base = load_base(spec.base, self.device, self.dtype), spec.base
-        if spec.adapter is not None:
-            check_adapter_folder(spec.adapter)
+        adapter = None if spec.adapter is None else str(check_adapter_folder(spec.adapter))
         set_seed(seed)
         if not isinstance(self.model, PeftModel):
-            if spec.adapter is None:
+            if adapter is None:
                 self.model = get_peft_model(self.model, lora_config(self.lora))
             else:
-                self.model = PeftModel.from_pretrained(self.model, spec.adapter, is_trainable=True)
-        elif spec.adapter is None:
+                self.model = PeftModel.from_pretrained(self.model, adapter, is_trainable=True)
+        elif adapter is None:
             self.model.add_adapter("default", lora_config(self.lora))
         else:
-            self.model.load_adapter(spec.adapter, adapter_name="default", is_trainable=True)
+            self.model.load_adapter(adapter, adapter_name="default", is_trainable=True)
         self.model.set_adapter("default")
         return self.model
 
@@ -376,7 +375,7 @@ def dpo_members(
         if len(prefs) == 0:
             log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
             if spec.adapter is not None:
-                shutil.copytree(spec.adapter, adapter_dir, dirs_exist_ok=True)
+                shutil.copytree(check_adapter_folder(spec.adapter), adapter_dir, dirs_exist_ok=True)
             else:
                 trainable.attach(spec, seed).save_pretrained(adapter_dir, selected_adapters=["default"])
                 trainable.detach()

@@ -13,7 +13,7 @@ import json
 import logging
 
 from ..chat import stop_token_ids
-from ..members import MemberSpec, check_adapter_folder
+from ..members import MemberSpec, check_adapter_folder, local_folder
 from ..models import load_tokenizer
 from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings
 from . import Backend, Generation, decode_answer
@@ -50,6 +50,7 @@ class VLLMEngine:
                 "backend: vllm needs vLLM on a GPU machine: pip install -e '.[vllm]' or use "
                 "--software-deployment-method conda (envs/vllm.yaml); or set backend: hf"
             ) from e
+        base = local_folder(base)  # a hub id: its snapshot folder in the cache (sparta.hub)
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}
         adapters = [s for s in specs if s.adapter]
@@ -81,7 +82,7 @@ class VLLMEngine:
 
         if spec.adapter not in self._ids:
             self._ids[spec.adapter] = len(self._ids) + 1  # lora_int_id must be > 0 and unique
-        return LoRARequest(spec.name, self._ids[spec.adapter], spec.adapter)
+        return LoRARequest(spec.name, self._ids[spec.adapter], local_folder(spec.adapter))
 
     def generate(self, members, prompts, sampling: Sampling, seeds) -> list[Generation]:
         from vllm import SamplingParams

@@ -1,0 +1,218 @@
+"""Models and adapters by Hugging Face hub id: ``hf://<org>/<name>[@<revision>]``.
+
+Wherever a model or adapter folder is accepted (``base_models.*.path``, ``members[].base``,
+``members[].adapter``, ``baselines.annotator``, ``evaluation.judge``) a hub id may stand
+instead. Rule ``hub_download`` (a local rule: it runs where snakemake runs, the login node
+with the network on a cluster) downloads every id of a run once into the Hugging Face cache
+with ``huggingface_hub.snapshot_download`` and writes the manifest
+(:func:`sparta.layout.hub_manifest`, table kind ``hub_manifest``: id, requested revision,
+resolved commit, kind, files, size). Member files keep the id; model jobs resolve it with
+:func:`local` to the snapshot folder of the manifest's commit, in the cache alone
+(``local_files_only``; the workflow sets ``HF_HUB_OFFLINE=1`` for its jobs): a job never
+touches the network. A repo with ``adapter_config.json`` is an adapter, one with
+``config.json`` a full model.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import hub_manifest
+
+PREFIX = "hf://"
+_REF = re.compile(r"hf://([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@([A-Za-z0-9_./-]+))?")
+_TRUE = {"1", "true", "yes", "on"}
+
+USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+"""Whether the user asked for offline mode (read when sparta is first imported, before the
+workflow sets ``HF_HUB_OFFLINE=1`` for its own jobs)."""
+
+
+PLANNING = False
+"""Set by the workflow for a dry run: an id not in the cache is then part of the plan (rule
+hub_download), never a config problem."""
+
+
+class HubError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class HubRef:
+    """A parsed hub id: ``repo`` (org/name) at ``revision`` (None: the default branch)."""
+
+    id: str
+    repo: str
+    revision: str | None
+
+    @property
+    def requested(self) -> str:
+        return self.revision or "main"
+
+    def fetch_command(self) -> str:
+        """The one command that puts this id into the Hugging Face cache."""
+        rev = f" --revision {self.revision}" if self.revision else ""
+        return f"hf download {self.repo}{rev}"
+
+
+def is_ref(value) -> bool:
+    """Whether ``value`` is written as a hub id (``hf://...``)."""
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def parse(value: str) -> HubRef:
+    m = _REF.fullmatch(value)
+    if m is None:
+        raise HubError(f"{value!r} is not a hub id: write hf://<org>/<name>[@<revision>]")
+    return HubRef(value, f"{m.group(1)}/{m.group(2)}", m.group(3))
+
+
+def cache_dir() -> Path:
+    """The Hugging Face hub cache of this process's environment (HF_HUB_CACHE, HF_HOME)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return Path(home) / "hub"
+
+
+def cached(ref: HubRef | str, revision: str | None = None) -> Path | None:
+    """The snapshot folder of ``ref`` (at ``revision``, default its own) in the cache, or None
+    when it is not there. Never touches the network."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    ref = parse(ref) if isinstance(ref, str) else ref
+    try:
+        folder = snapshot_download(
+            ref.repo, revision=revision or ref.revision, cache_dir=cache_dir(), local_files_only=True
+        )
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
+        return None
+    return Path(folder) if Path(folder).is_dir() else None
+
+
+def kind(folder: Path) -> str | None:
+    """``adapter`` (adapter_config.json), ``model`` (config.json) or None."""
+    if (folder / "adapter_config.json").is_file():
+        return "adapter"
+    if (folder / "config.json").is_file():
+        return "model"
+    return None
+
+
+def missing_message(ref: HubRef, where: str) -> str:
+    offline = "HF_HUB_OFFLINE=1" if USER_OFFLINE else "the hub cannot be reached"
+    return (
+        f"{where}: {ref.id} is not in the Hugging Face cache ({cache_dir()}) and {offline}: "
+        f"download it first where there is network, with the same HF_HOME: {ref.fetch_command()}"
+    )
+
+
+@functools.cache
+def reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub answers here (HF_HUB_OFFLINE=1 given by the user: no)."""
+    if USER_OFFLINE:
+        return False
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+# --- the manifest and the download (rule hub_download) ---------------------------------------
+
+
+def download(ids: list[str]) -> list[dict]:
+    """Each id into the cache (once: files already there are not fetched again); the
+    manifest rows."""
+    from huggingface_hub import snapshot_download
+
+    rows = []
+    for value in dict.fromkeys(ids):
+        ref = parse(value)
+        folder = cached(ref) if USER_OFFLINE else None
+        if folder is None:
+            try:
+                folder = Path(snapshot_download(ref.repo, revision=ref.revision, cache_dir=cache_dir()))
+            except Exception as e:  # no network, no such repo, ...
+                raise HubError(f"{missing_message(ref, 'download')} ({type(e).__name__}: {e})") from None
+        rows.append(manifest_row(ref, folder))
+    return rows
+
+
+def manifest_row(ref: HubRef, folder: Path) -> dict:
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return {
+        "id": ref.id,
+        "repo": ref.repo,
+        "requested_revision": ref.requested,
+        "commit": folder.name,
+        "kind": kind(folder),
+        "files": len(files),
+        "size": sum(p.stat().st_size for p in files),
+    }
+
+
+def write_manifest(rows: list[dict], path: str | os.PathLike) -> None:
+    import pandas as pd
+
+    from . import tables
+
+    frame = pd.DataFrame(rows, columns=tables.columns("hub_manifest"))
+    tables.write(frame, path, "hub_manifest")
+
+
+@functools.cache
+def _manifest(path: str, stamp: float) -> dict[str, dict]:
+    from . import tables
+
+    return {row["id"]: row for row in tables.read(path, "hub_manifest").to_dict("records")}
+
+
+def read_manifest(path: str | os.PathLike | None = None) -> dict[str, dict]:
+    """id -> manifest row (empty when there is no manifest)."""
+    path = Path(path or hub_manifest())
+    if not path.is_file():
+        return {}
+    return _manifest(str(path.resolve()), path.stat().st_mtime)
+
+
+def find_manifest(start: str | os.PathLike) -> Path | None:
+    """The manifest of the results root above ``start`` (a run folder), if any."""
+    name = Path(hub_manifest()).relative_to(Path(hub_manifest()).parts[0])
+    for folder in [Path(start).resolve(), *Path(start).resolve().parents]:
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def local(value: str | None, manifest: str | os.PathLike | None = None) -> str | None:
+    """A model or adapter folder as a local path: a hub id becomes its snapshot folder in the
+    cache, at the commit the manifest recorded (else the id's own revision); anything else
+    is returned as it is. Never touches the network."""
+    if not is_ref(value):
+        return value
+    ref = parse(value)
+    row = read_manifest(manifest).get(ref.id)
+    folder = cached(ref, row["commit"] if row else None)
+    if folder is None:
+        raise HubError(missing_message(ref, "model job"))
+    return str(folder)
+
+
+def repo_name(value: str) -> str | None:
+    """``org/name`` of a hub id, ``hf://org/name[@rev]`` or plain ``org/name``; else None."""
+    if is_ref(value):
+        return parse(value).repo
+    return None
