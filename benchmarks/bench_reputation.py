@@ -59,6 +59,8 @@ def main():
             "sample": 0,
             "kind": "score",
             "prompt_tokens": 0,
+            "requests": 0,
+            "generated_tokens": 0,
         }
     )
     responses = pd.DataFrame(

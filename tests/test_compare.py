@@ -327,3 +327,35 @@ def test_a_pool_size_experiment_may_have_a_pool_of_its_own():
     shared = s.inits["s/_init-seed1"]
     assert list(shared.member_names) == ["ann", "bob", "cid", "dan"]
     assert set(shared.base_models) == {"tiny", "big"}
+
+
+def test_cost_counts_requests_and_judge_tokens_per_iteration():
+    """One prompt, SPPO with K = 3 answers: 3 comparisons, each in both orders, are 6 requests
+    (2 per answer row); a meta-rewarding prompt: 4 self-judgments (1 request each, 50 tokens
+    generated each) and a meta row of 3 sampled judgments + 6 meta-judge orders = 9 requests;
+    two seeds of SPPO (read 300 and 500 tokens) average to 400."""
+
+    def resp(n):
+        return pd.DataFrame({"n_tokens": [10] * n, "iteration": 1})
+
+    def judg(requests, read, generated):
+        return pd.DataFrame(
+            {"requests": requests, "prompt_tokens": read, "generated_tokens": generated, "iteration": 1}
+        )
+
+    runs = pd.DataFrame(
+        {"run": ["s1", "s2", "m1"], "experiment": ["sppo", "sppo", "meta"], "seed": [1, 2, 1]}
+    )
+    responses = {"s1": resp(3), "s2": resp(3), "m1": resp(4)}
+    judgments = {
+        "s1": judg([2, 2, 2], [100, 100, 100], [0, 0, 0]),
+        "s2": judg([2, 2, 2], [150, 200, 150], [0, 0, 0]),
+        "m1": judg([1, 1, 1, 1, 9], [80, 80, 80, 80, 900], [50, 50, 50, 50, 120]),
+    }
+    cost = compare.cost(runs, responses, judgments)
+    tables.to_arrow(cost, "cost")
+    got = cost.set_index("experiment")
+    assert got.loc["sppo", "judge_requests"] == 6 and got.loc["sppo", "tokens_judged"] == 400
+    assert got.loc["sppo", "judge_tokens_generated"] == 0 and got.loc["sppo", "answers"] == 3
+    assert got.loc["meta", "judge_requests"] == 4 + 9 and got.loc["meta", "judgments"] == 5
+    assert got.loc["meta", "judge_tokens_generated"] == 4 * 50 + 120

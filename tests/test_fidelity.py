@@ -51,6 +51,8 @@ def one_duel(scores: dict, a="m0", b="m1"):
         sample=0,
         kind="score",
         prompt_tokens=0,
+        requests=0,
+        generated_tokens=0,
     )
     return duels, responses, judgments
 

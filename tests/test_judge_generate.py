@@ -121,6 +121,7 @@ def test_generate_mode_on_random_model_gives_null_scores(tiny):
     assert len(out) == 4
     for j in out:
         assert (j.score is None) == (j.error is not None)
+        assert j.requests == 1 and 0 < j.generated <= 8  # the cost table counts both
 
 
 def test_generate_batched_matches_one_by_one_and_is_seeded(tiny):

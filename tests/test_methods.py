@@ -91,22 +91,106 @@ def test_length_control_prefers_the_shorter_of_the_near_best():
     assert (chosen, rejected) == ("short", "longest one of all")
 
 
-def test_meta_rewarding_adds_the_preferred_judgment():
+def test_meta_rewarding_length_control_is_on_by_default():
+    """The answers of the length-control test through the methods with no rho set: meta-rewarding
+    applies its default rho 0.1 (chosen "short", rejected "longest one of all"); self-rewarding
+    keeps none (the best "long best answer", the worst "tiny"); rho 0 turns the band off."""
+    from sparta.methods.meta_rewarding import LENGTH_CONTROL
+
     duels = duel_rows()
     d = duels["duel_id"][0]
-    meta = json.dumps({"user": "judge this: 4", "judgments": ['{"score": 8}', "bad"], "p_first": 0.8})
+    texts = ["long best answer", "short", "tiny", "longest one of all"]
+    judged = scores(d, "ann", [9.0, 8.6, 2.0, 2.5])
+    meta = baseline_pairs("meta_rewarding", duels, answers(d, "ann", texts), judged, None, 0)
+    assert LENGTH_CONTROL == 0.1
+    assert (meta.iloc[0].chosen, meta.iloc[0].rejected) == ("short", "longest one of all")
+    self_ = baseline_pairs("self_rewarding", duels, answers(d, "ann", texts), judged, None, 0)
+    assert (self_.iloc[0].chosen, self_.iloc[0].rejected) == ("long best answer", "tiny")
+    off = baseline_pairs("meta_rewarding", duels, answers(d, "ann", texts), judged, 0.0, 0)
+    assert (off.iloc[0].chosen, off.iloc[0].rejected) == ("long best answer", "tiny")
+
+
+def test_meta_rewarding_rejudges_the_answer_whose_judgments_vary_most():
+    """Sampled scores 8, 8, 8 (variance 0), 8, 5, 8 (mean 7: (1 + 4 + 1) / 3 = 2), 10, 1
+    (one unusable; mean 5.5: 20.25), one usable score (none): the third answer is re-judged,
+    though the first has the best mean; when no answer's judgments vary, none is. In expected
+    mode the variance of the judge's score distribution: half 2 points (4.6 on the 1-10
+    scale), half 5 (10): 0.5 x 2.7^2 x 2 = 7.29."""
+    from sparta.judging import ADDITIVE_RUBRIC
+    from sparta.methods.meta_rewarding import distribution_variance, most_varied, score_variance
+
+    v = [score_variance(s) for s in ([8, 8, 8], [8, 5, 8], [10, None, 1], [None, 7, None])]
+    assert v[:3] == pytest.approx([0, 2, 20.25]) and v[3] is None
+    assert most_varied(dict(enumerate(v))) == 2
+    assert most_varied({0: 2.0, 1: 2.0, 2: None}) == 0 and most_varied({0: None}) is None
+    assert most_varied({0: 0.0, 1: 0.0}) is None  # judgments all agree: no judge pair to make
+    raw = json.dumps({"probs": [0, 0, 0.5, 0, 0, 0.5], "mass": 1})
+    assert distribution_variance(raw, ADDITIVE_RUBRIC) == pytest.approx(7.29)
+    assert distribution_variance("Score: 4", ADDITIVE_RUBRIC) is None
+
+
+def test_meta_judge_sees_judgments_without_their_scores():
+    from sparta.judging import ADDITIVE_RUBRIC, SPARTA_RUBRIC, strip_score
+
+    text = "Relevant and complete, worth 4/5.\nIt misses a unit.\n**Score: 4**"
+    assert strip_score(text, ADDITIVE_RUBRIC) == "Relevant and complete, worth .\nIt misses a unit."
+    assert strip_score("score: 3 then Score: 2", ADDITIVE_RUBRIC) == "then"
+    assert strip_score('Good. {"score": 7} Score: 7/10', SPARTA_RUBRIC) == "Good."
+    assert strip_score("No verdict here.", ADDITIVE_RUBRIC) == "No verdict here."
+
+
+def test_meta_rewarding_ranks_judgments_by_elo():
+    """Two judgments, the first preferred with P = 0.75 in both orders: Bradley-Terry gives
+    P(1 beats 2) = 0.75, i.e. 400 log10(3) = 190.85 Elo apart, around 1000. Three judgments,
+    0 beats 1 and 2 always, 1 beats 2 three times in four: 0 > 1 > 2."""
+    from sparta.methods.meta_rewarding import elo_ratings, elo_win
+
+    two = elo_ratings(2, [(0, 1, 0.75), (1, 0, 0.25)], prior=0)
+    assert two == pytest.approx([1000 + 190.8485 / 2, 1000 - 190.8485 / 2], abs=1e-3)
+    assert elo_win(two[0] - two[1]) == pytest.approx(0.75)
+    three = elo_ratings(3, [(0, 1, 1), (1, 0, 0), (0, 2, 1), (2, 0, 0), (1, 2, 0.75), (2, 1, 0.25)])
+    assert three[0] > three[1] > three[2] and sum(three) == pytest.approx(3000)
+
+
+def test_meta_rewarding_pairs_the_highest_and_lowest_rated_judgments():
+    """Judgments rated 1100, 1000, 900 with scores 8, 6, 2: chosen the first, rejected the
+    third, prompt the judge instruction, scores 1 + 9 P(1100 beats 900); equal scores of the
+    two (8 and 8) drop the pair, and so do a row without ratings and an unscored judgment."""
+    from sparta.methods.meta_rewarding import elo_win
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+
+    def meta(scores_, elo):
+        return json.dumps(
+            {
+                "user": "judge this: 4",
+                "judgments": ["good, Score: 4", "ok", "bad"],
+                "scores": scores_,
+                "elo": elo,
+            }
+        )
+
     judg = pd.concat(
-        [scores(d, "ann", [3, 7]), scores(d, "ann", [8.2], kind="meta", raw=meta)], ignore_index=True
+        [
+            scores(d, "ann", [3, 7]),
+            scores(d, "ann", [8.2], kind="meta", raw=meta([8, 6, 2], [1100, 1000, 900])),
+        ],
+        ignore_index=True,
     )
     prefs = baseline_pairs("meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg)
-    judge_pair = prefs[prefs["kind"] == "judge"].iloc[0]
-    assert (judge_pair.prompt, judge_pair.chosen, judge_pair.rejected) == (
-        "judge this: 4",
-        '{"score": 8}',
-        "bad",
-    )
-    assert judge_pair.chosen_score == pytest.approx(1 + 9 * 0.8) and judge_pair.trainee == "ann"
     assert list(prefs["kind"]) == ["actor", "judge"]
+    p = prefs.iloc[1]
+    assert (p.prompt, p.chosen, p.rejected, p.trainee) == ("judge this: 4", "good, Score: 4", "bad", "ann")
+    assert p.chosen_score == pytest.approx(1 + 9 * elo_win(200))
+    for raw in (
+        meta([8, 6, 8], [1100, 1000, 900]),
+        meta([8, 6, 2], None),
+        meta([8, 6, None], [1100, 1000, 900]),
+    ):
+        judg.loc[judg["kind"] == "meta", "raw"] = raw
+        prefs = baseline_pairs("meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg)
+        assert list(prefs["kind"]) == ["actor"]
 
 
 def test_spin_prefers_the_reference_to_the_member_s_answer():
@@ -352,6 +436,7 @@ def test_self_rewarding_and_sppo_judge_with_the_reference_judge():
     get("self_rewarding").judge(run)
     table = run.table(get("self_rewarding"))
     assert list(table["score"]) == [10.0, 1.0, 10.0] and set(table["judge"]) == {"ann"}
+    assert set(table["requests"]) == {0}  # the reference judge runs no model
     assert set(table["format"]) == {"reference"}
     run = _judge_run(duels, resp, cfg)
     sppo = get("sppo")
@@ -366,9 +451,10 @@ def test_self_rewarding_and_sppo_judge_with_the_reference_judge():
 
 def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
     """The whole judging of meta-rewarding on a tiny model, without Snakemake: one score per
-    answer (additive prompt, expected mode), then for the best answer two sampled judgments
-    compared by the meta-judge: one "meta" row holding the judge's instruction, the two
-    judgments and P(first better) in [0, 1]."""
+    answer (additive prompt, expected mode), then for the answer whose score distribution
+    varies most three sampled judgments compared by the meta-judge, every two in both orders:
+    one "meta" row holding the judge's instruction, the three judgments, six comparisons and
+    the judgments' Elo ratings; its cost is 3 sampled judgments + 6 meta-judge requests."""
     from sparta.backends import open_backend
     from sparta.members import MemberSpec
     from sparta.methods import get
@@ -386,11 +472,79 @@ def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
     table = run.table(method)
     scores = table[table["kind"] == "score"]
     assert list(scores["sample"]) == [0, 1] and scores["score"].between(1, 10).all()
+    assert list(scores["requests"]) == [1, 1] and list(scores["generated_tokens"]) == [0, 0]
     meta = table[table["kind"] == "meta"]
     assert len(meta) == 1
     raw = json.loads(meta.iloc[0].raw)
-    assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 2
-    assert raw["p_first"] is None or 0 <= raw["p_first"] <= 1
+    assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 3
+    assert sorted((a, b) for a, b, _ in raw["comparisons"]) == [
+        (a, b) for a in range(3) for b in range(3) if a != b
+    ]
+    assert all(0 <= p <= 1 for *_, p in raw["comparisons"]) and len(raw["elo"]) == 3
+    assert meta.iloc[0].requests == 3 + 6 and meta.iloc[0].generated_tokens > 0
+
+
+def test_meta_rewarding_in_generate_mode_reuses_the_actor_judgments(monkeypatch):
+    """Generate mode, judge_samples 3 = meta_judgments: the actor's sampled judgments are the
+    ones compared (no new sampling). Answer 0 judged 8, 8, 8, answer 1 judged 10, 5.5, 1: answer
+    1 is re-judged. The meta-judge (a stub) sees the judgments without "Score: N" and prefers
+    the one ranked better ("careful" > "fair" > "lazy"), in both orders: 6 requests, the Elo
+    order careful > fair > lazy, and the judge pair careful / lazy with their full texts."""
+    from types import SimpleNamespace
+
+    from sparta import judging
+    from sparta.judging import Judgment
+    from sparta.members import MemberSpec
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "It is 4, since 2 + 2 = 4."])
+    texts = {
+        0: ["Fine. Score: 4"] * 3,
+        1: ["careful reasons. Score: 5", "fair reasons. Score: 3", "lazy. Score: 0"],
+    }
+    rank = {"careful reasons.": 0, "fair reasons.": 1, "lazy.": 2}
+    seen = []
+
+    def judge_own(self, run):
+        asked = [
+            (run.specs[0], d, k, judging.JudgeItem("What is 2 + 2?", resp["response"][k])) for k in (0, 1)
+        ]
+        each = [
+            Judgment(judging.ADDITIVE_RUBRIC.parse(t)[0], t, None, False, False, 100, 1, 20)
+            for k in (0, 1)
+            for t in texts[k]
+        ]
+        return asked, each, 3
+
+    def meta_judge(judge, users, pairs, cfg, system):
+        seen.extend(pairs)
+        return [(1.0 if rank[a] < rank[b] else 0.0, 50) for a, b in pairs]
+
+    method = get("meta_rewarding")
+    monkeypatch.setattr(type(method), "judge_own", judge_own)
+    monkeypatch.setattr(judging, "meta_judge", meta_judge)
+    monkeypatch.setattr(judging, "judge_ids", lambda *a, **k: ("judge this: 4", [], False))
+    backend = SimpleNamespace(serve=lambda spec: SimpleNamespace(tok=None), serve_each=lambda specs: None)
+    cfg = JudgeSettings(mode="generate")
+    run = _judge_run(duels, resp, cfg, BaselineSettings(judge_samples=3), backend, [MemberSpec("ann", "b")])
+    method.judge(run)
+    table = run.table(method)
+    (row,) = table[table["kind"] == "meta"].itertuples(index=False)
+    raw = json.loads(row.raw)
+    assert raw["sample"] == 1 and raw["judgments"] == texts[1]
+    assert len(seen) == 6 and not any("Score" in x for pair_ in seen for x in pair_)
+    assert raw["elo"][0] > raw["elo"][1] > raw["elo"][2]
+    assert row.requests == 6 and row.prompt_tokens == 300 and row.generated_tokens == 0
+    prefs = method.pairs(duels, resp, table, BaselineSettings())
+    judge_pair = prefs[prefs["kind"] == "judge"].iloc[0]
+    assert (judge_pair.chosen, judge_pair.rejected, judge_pair.prompt) == (
+        texts[1][0],
+        texts[1][2],
+        "judge this: 4",
+    )
 
 
 def test_pairs_whose_prompt_fills_the_dpo_budget_are_left_out(tiny):

@@ -214,6 +214,8 @@ def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
             "sample": 0,
             "kind": "score",
             "prompt_tokens": 0,
+            "requests": 0,
+            "generated_tokens": 0,
         }
         for (j, t), s in judge_scores.items()
     ]

@@ -71,6 +71,8 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                         "sample": 0,
                         "kind": "score",
                         "prompt_tokens": 0,
+                        "requests": 0,
+                        "generated_tokens": 0,
                     }
                     for k in MEMBERS
                     for d in duels.itertuples()

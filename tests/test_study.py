@@ -118,6 +118,12 @@ def test_comparison_and_cost(study, capsys):
     assert cost.loc["spin", "tokens_judged"] == 0 and cost.loc["sparta", "tokens_judged"] > 0
     assert cost.loc["self_rewarding", "answers"] == 2 * 3 * 3  # 2 samples x 3 prompts x 3 members
     assert cost.loc["sparta", "answers"] == 2 * 3  # two combatants per prompt
+    # requests (expected mode): a self-judgment each answer; SPPO's one comparison of 2 answers
+    # in both orders; meta-rewarding adds 3 sampled judgments + 6 meta-judge orders per prompt
+    assert cost.loc["self_rewarding", "judge_requests"] == 2 * 3 * 3
+    assert cost.loc["sppo", "judge_requests"] == 2 * 3 * 3 and cost.loc["spin", "judge_requests"] == 0
+    assert 2 * 3 * 3 < cost.loc["meta_rewarding", "judge_requests"] <= 2 * 3 * 3 + 9 * 3 * 3
+    assert cost.loc["meta_rewarding", "judge_tokens_generated"] > 0
     assert main(["compare", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "vs best init" in printed and "tokens_generated" in printed

@@ -367,7 +367,8 @@ def cost(
     runs: pd.DataFrame, responses: dict[str, pd.DataFrame], judgments: dict[str, pd.DataFrame]
 ) -> pd.DataFrame:
     """Inference per experiment and iteration (mean over seeds): answers generated and their
-    tokens, judgments and the prompt tokens judges read."""
+    tokens; judgments, the model requests judges made, the prompt tokens they read and the
+    tokens they generated (the ``cost`` table)."""
     rows = []
     for r in runs.itertuples(index=False):
         resp, judg = responses[r.run], judgments[r.run]
@@ -381,7 +382,9 @@ def cost(
                     "answers": len(a),
                     "tokens_generated": int(a["n_tokens"].sum()),
                     "judgments": len(j),
+                    "judge_requests": int(j["requests"].fillna(0).sum()),
                     "tokens_judged": int(j["prompt_tokens"].fillna(0).sum()),
+                    "judge_tokens_generated": int(j["generated_tokens"].fillna(0).sum()),
                 }
             )
     per_seed_rows = pd.DataFrame(rows)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .chat import chat_ids
 from .settings import JudgeSettings, derive_seed
@@ -164,6 +164,10 @@ class Judgment:
     sanitized: bool = False
     tokens: int = 0
     """Prompt tokens the judge read for this answer (a pairwise comparison's are shared)."""
+    requests: int = 0
+    """Model requests made for this answer (a pairwise comparison's two orders: one each)."""
+    generated: int = 0
+    """Tokens the judge generated for this answer (generate mode; 0 in expected mode)."""
 
 
 # --- defences ---------------------------------------------------------------------------------
@@ -727,7 +731,11 @@ def judge_duels(
                     votes.append(1.0 if winner == a_is else 0.0)
             raw = json.dumps({"ab": outs[k].text, "ba": outs[k + 1].text})
             pair = _pairwise(sum(votes) / len(votes) if votes else None, raw, cut[k] or cut[k + 1])
-        result += [_flag(pair[0], sanitized[k], read[k]), _flag(pair[1], sanitized[k + 1], read[k + 1])]
+        made = [outs[k + i].n_tokens if cfg.mode == "generate" else 0 for i in (0, 1)]
+        result += [
+            _flag(pair[0], sanitized[k], read[k], made[0]),
+            _flag(pair[1], sanitized[k + 1], read[k + 1], made[1]),
+        ]
     return result
 
 
@@ -760,28 +768,44 @@ META_PROMPT = (
 
 
 def meta_judge(judge, users: list[str], pairs: list[tuple[str, str]], cfg: JudgeSettings, system) -> list:
-    """P(the first judgment is better) of each pair of judgments, asked in both orders (the
-    meta-judge of Meta-Rewarding, in expected mode); None where it has no verdict. ``judge``
-    serves two requests per pair."""
-    prompts, conts = [], []
-    for user, (a, b) in zip(users, pairs):
-        shown = [fence(x) if cfg.fence else x for x in (a, b)]
-        for first, second in ((shown[0], shown[1]), (shown[1], shown[0])):
-            text = META_PROMPT.format(user=user, a=first, b=second)
-            full = [
-                chat_ids(judge.tok, text, system, PAIRWISE_PREFIX + c, plain=cfg.plain_text)
-                for c in ('A"}', 'B"}')
-            ]
-            p, c = candidate_ids(full)
-            prompts.append(p)
-            conts.append(c)
+    """The meta-judge of Meta-Rewarding in expected mode, one request per item: for each
+    (judge instruction, (first, second)) shown in this order, (P(the judgment shown first is
+    better), prompt tokens read); P is None where it is not finite. Compare two judgments in
+    both orders by passing both (first, second) and (second, first)."""
+    prompts, conts, read = [], [], []
+    for user, pair_ in zip(users, pairs):
+        first, second = (fence(x) if cfg.fence else x for x in pair_)
+        text = META_PROMPT.format(user=user, a=first, b=second)
+        full = [
+            chat_ids(judge.tok, text, system, PAIRWISE_PREFIX + c, plain=cfg.plain_text)
+            for c in ('A"}', 'B"}')
+        ]
+        p, c = candidate_ids(full)
+        prompts.append(p)
+        conts.append(c)
+        read.append(len(p))
     logps = judge.continuation_logprobs(prompts, conts, cfg.batch_size) if prompts else []
-    out = []
-    for k in range(0, len(logps), 2):
-        p1, _, _ = _expectation(logps[k], (1.0, 0.0))
-        p2, _, _ = _expectation(logps[k + 1], (0.0, 1.0))
-        out.append(None if p1 is None or p2 is None else (p1 + p2) / 2)
-    return out
+    return [(_expectation(lp, (1.0, 0.0))[0], n) for lp, n in zip(logps, read)]
+
+
+def strip_score(text: str, rubric: Rubric = SPARTA_RUBRIC) -> str:
+    """A judgment without its score, as Meta-Rewarding's meta-judge compares judgments: every
+    score statement the rubric's parser could read ("Score: 4", "4/5"; for the 1-10 judge also
+    {"score": 7}, "score is 7", "7/10") is removed, so the meta-judge weighs the reasons, not
+    the verdicts."""
+    if rubric.name == "sparta":
+        out = re.sub(r'\{[^{}]*"score"[^{}]*\}', "", text)
+        out = re.sub(
+            r"\bscore\s*(?:is|[:=])?\s*\**\s*-?\d+(?:\.\d+)?(?:\s*(?:/|out of)\s*10\b)?", "", out, flags=re.I
+        )
+        out = re.sub(r"-?\d+(?:\.\d+)?\s*(?:/|out of)\s*10\b", "", out, flags=re.I)
+    else:
+        hi = rubric.points[-1]
+        out = re.sub(
+            rf"\**\bscore\s*[:=]\s*\**\s*\d+(?:\.\d+)?(?:\s*(?:/|out of)\s*{hi}\b)?\**", "", text, flags=re.I
+        )
+        out = re.sub(rf"\b\d+(?:\.\d+)?\s*(?:/|out of)\s*{hi}\b", "", out, flags=re.I)
+    return re.sub(r"[ \t]+\n", "\n", out).strip()
 
 
 def _parsed(text: str, truncated: bool, rubric: Rubric = SPARTA_RUBRIC) -> Judgment:
@@ -799,11 +823,12 @@ def _pairwise(p_a: float | None, raw: str, truncated: bool) -> tuple[Judgment, J
 
 def _with_labels(j: Judgment, labels) -> Judgment:
     raw = {**json.loads(j.raw), "labels": list(labels)}
-    return Judgment(j.score, json.dumps(raw), j.error, j.truncated, j.sanitized, j.tokens)
+    return replace(j, raw=json.dumps(raw))
 
 
-def _flag(j: Judgment, sanitized: bool, tokens: int) -> Judgment:
-    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized, tokens)
+def _flag(j: Judgment, sanitized: bool, tokens: int, generated: int = 0) -> Judgment:
+    """One model request per answer: pointwise its own, pairwise one of the duel's two orders."""
+    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized, tokens, 1, generated)
 
 
 def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):

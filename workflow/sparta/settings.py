@@ -388,14 +388,20 @@ class BaselineSettings:
         "answers once).",
     )
     meta_judgments: int = setting(
-        2, ge=2, help="meta_rewarding: judgments sampled of a chosen answer for the meta-judge to compare."
+        3,
+        ge=3,
+        help="meta_rewarding: judgments (with reasons) of the answer whose judgments vary most that the "
+        "meta-judge compares, every two in both orders (the actor's own when judge_samples is at least "
+        "this in generate mode, else sampled anew).",
     )
     length_control: float | None = setting(
         None,
         ge=0,
         le=1,
-        help="meta_rewarding's length control rho (null: off): chosen = the shortest answer scored "
-        "within rho x (best - worst) of the best; rejected = the longest as near the worst.",
+        help="self_rewarding, meta_rewarding: the paper's length control rho of the actor pairs: chosen = "
+        "the shortest answer scored within rho x (best - worst) of the best; rejected = the longest as "
+        "near the worst (null: the method's default, 0.1 for meta_rewarding, off for self_rewarding; 0: "
+        "only ties broken by length).",
     )
     annotator: JudgeModel | None = setting(
         None,

@@ -73,6 +73,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             # the word-list monitor flagged this answer (altered for the judge only with sanitize)
             ("sanitized", pa.bool_()),
             ("prompt_tokens", pa.int64()),  # tokens the judge read for this answer (inference cost)
+            ("requests", pa.int64()),  # model requests made for it (a pairwise duel: 1 per order)
+            ("generated_tokens", pa.int64()),  # tokens the judge generated for it (generate mode)
         ]
     ),
     # one row per duel in update order
@@ -258,10 +260,23 @@ SCHEMAS: dict[str, pa.Schema] = {
             )
         ]
     ),
-    # inference per experiment and iteration, mean over seeds
+    # inference per experiment and iteration, mean over seeds: answers and their tokens;
+    # judgments (rows of the judgments tables), the model requests judges made for them (an
+    # SPPO comparison in both orders: 2; a meta-judgment: 1 per order), the prompt tokens
+    # judges read and the tokens they generated (generate mode)
     "cost": pa.schema(
         [("experiment", _str), ("iteration", _i32)]
-        + [(c, _f64) for c in ("answers", "tokens_generated", "judgments", "tokens_judged")]
+        + [
+            (c, _f64)
+            for c in (
+                "answers",
+                "tokens_generated",
+                "judgments",
+                "judge_requests",
+                "tokens_judged",
+                "judge_tokens_generated",
+            )
+        ]
     ),
     # --- analyses ----------------------------------------------------------------------------
     # mean distance between the two answers of a duel, per iteration (embedding: null if off)

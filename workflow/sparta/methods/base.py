@@ -131,6 +131,8 @@ class JudgeRun:
                 "truncated": j.truncated,
                 "sanitized": j.sanitized,
                 "prompt_tokens": j.tokens,
+                "requests": j.requests,
+                "generated_tokens": j.generated,
             }
         )
 
@@ -252,8 +254,8 @@ def best_and_worst_pairs(
 
 def mean_judgment(samples: list):
     """One score from several sampled judgments of an answer: the mean of the usable scores,
-    None when none is; the raw texts kept as a JSON list, tokens summed, truncated/sanitized
-    when any was."""
+    None when none is; the raw texts kept as a JSON list, tokens read and generated and
+    requests summed, truncated/sanitized when any was."""
     from ..judging import Judgment
 
     if len(samples) == 1:
@@ -266,4 +268,6 @@ def mean_judgment(samples: list):
         any(j.truncated for j in samples),
         any(j.sanitized for j in samples),
         sum(j.tokens for j in samples),
+        sum(j.requests for j in samples),
+        sum(j.generated for j in samples),
     )

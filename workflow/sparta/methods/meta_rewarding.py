@@ -2,134 +2,267 @@
 with LLM-as-a-Meta-Judge", arXiv 2407.19594; no official training code was released: this
 follows the paper's section 2).
 
-Self-rewarding's actor pairs (``self_rewarding``), plus judge pairs: the member judges its
-chosen answer again ``baselines.meta_judgments`` times in words (generate mode); then, as
-meta-judge, it compares two of those judgments (the exact probability of "A" vs "B" after a
-forced prefix, in both orders); the preferred judgment is chosen, the other rejected, with
-the judge instruction as the prompt (``kind: judge``). Actor and judge pairs train together.
-``baselines.length_control`` (rho) is the paper's length control of the actor pairs.
+Actor pairs as self-rewarding (``self_rewarding``: the member judges its own answers with the
+additive 5-point prompt, ``baselines.judge_samples`` times each in generate mode, and pairs
+the best and the worst), with the paper's length control on by default (section 2.2): with
+scores in [S_min, S_max], chosen = the shortest answer of the top tier [S_max - rho (S_max -
+S_min), S_max], rejected = the longest of the bottom tier [S_min, S_min + rho (S_max -
+S_min)]; rho = ``baselines.length_control`` (null: :data:`LENGTH_CONTROL`; 0: the paper's
+"no length control", only ties broken by length).
 
-Deliberate differences from the paper (issue 22 lists them as work to do): the re-judged
-answer is the best-scored one, not the one whose judgments vary most; the meta-judge sees the
-judgments with their scores and compares one pair of them, not all pairs of N >= 3 judgments
-ranked by an Elo fit; length control is off by default; every member aligns alone.
+Judge pairs (section 2.3), for each prompt of each member:
+
+1. the answer whose judgments vary most is re-judged (not the best-scored one): in generate
+   mode the variance of its sampled judge scores, in expected mode the variance of the judge's
+   score distribution (its probabilities over 0-5 points); none when no answer's judgments
+   vary;
+2. its N = ``baselines.meta_judgments`` (>= 3) judgments carry reasons (generate mode): the
+   actor's own sampled judgments when ``judge_samples >= N`` (generate mode), else N new ones
+   sampled in generate mode;
+3. the judgments are stripped of their scores (:func:`~sparta.judging.strip_score`) and the
+   member as meta-judge compares every two of them in both orders (N (N - 1) requests, one
+   per order): the probability that the judgment shown first is better;
+4. an Elo fit over those comparisons (:func:`elo_ratings`, Bradley-Terry maximum likelihood on
+   the Elo scale) ranks the judgments: chosen = the highest rated, rejected = the lowest, with
+   the judge instruction as the prompt (``kind: judge``); a pair whose two judgments give the
+   answer the same score is dropped.
+
+Actor and judge pairs train together with DPO.
+
+Deliberate differences: every member aligns alone (the paper aligns one model); the
+meta-judge's verdict is the exact probability of "A" vs "B" after a forced prefix in each
+order, not a generated explanation ending in "Winner: ..."; the paper corrects its Elo for
+the meta-judge's position bias, ours averages that bias out by comparing every pair in both
+orders; the paper's rho could not be read from the sources available when this was
+written: :data:`LENGTH_CONTROL` (0.1) is our choice within the paper's mechanism; the
+paper's seed data (IFT/EFT) is not used; ``baselines.samples`` defaults to self-rewarding's 4.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 
-import pandas as pd
+import numpy as np
 
 from .base import duel_row, pair
 from .self_rewarding import SelfRewarding
+
+LENGTH_CONTROL = 0.1
+"""Meta-rewarding's default rho (see the module docstring)."""
 
 
 class MetaRewarding(SelfRewarding):
     name = "meta_rewarding"
     default_samples = 4
+    default_length_control = LENGTH_CONTROL
 
-    def judge(self, run) -> tuple[list, list]:
+    def judge(self, run) -> None:
         from ..jobs import by_base
-        from ..judging import RUBRICS, JudgeItem, Judgment, judge_answers, judge_ids, meta_judge
+        from ..judging import RUBRICS, Judgment, judge_answers, judge_ids, meta_judge, strip_score
 
-        asked, judged = super().judge(run)
-        # the member judges its best answer again, n times, in words; then, as meta-judge, says
-        # which of two of its judgments is better: that pair teaches it to judge
-        frame = pd.DataFrame(
-            [(a[0].name, a[1], a[2], j.score) for a, j in zip(asked, judged)],
-            columns=["member", "duel", "sample", "score"],
-        ).dropna()
-        best = frame.sort_values(["score", "sample"], ascending=[False, True]).drop_duplicates(
-            ["member", "duel"]
-        )
-        by = {s.name: s for s in run.specs}
-        prompt_of = dict(zip(run.duels["duel_id"], run.duels["prompt"]))
+        asked, each, n_each = self.judge_own(run)
+        rubric = RUBRICS[run.baselines.judge_prompt]
         n = run.baselines.meta_judgments
         sampled = replace(run.cfg, mode="generate")
-        rubric = RUBRICS[run.baselines.judge_prompt]
-        again = [
-            (
-                by[b.member],
-                b.duel,
-                int(b.sample),
-                JudgeItem(prompt_of[b.duel], run.text[(b.duel, b.member, int(b.sample))]),
+        reuse = run.cfg.mode == "generate" and n_each >= n
+        # 1. per (member, duel): the answer whose judgments vary most
+        spread: dict[tuple, dict[int, float | None]] = {}
+        for i, (spec, duel, k, _) in enumerate(asked):
+            samples = each[i * n_each : (i + 1) * n_each]
+            if n_each >= 2:
+                v = score_variance([j.score for j in samples])
+            else:
+                v = distribution_variance(samples[0].raw, rubric)
+            spread.setdefault((spec.name, duel), {})[k] = v
+        item_of = {(a[0].name, a[1], a[2]): (a[0], i) for i, a in enumerate(asked)}
+        chosen = []  # (spec, duel, sample, position in asked)
+        for (member, duel), v in spread.items():
+            k = most_varied(v)
+            if k is not None:
+                spec, i = item_of[(member, duel, k)]
+                chosen.append((spec, duel, k, i))
+        # 2. its N judgments, with reasons
+        if reuse:
+            judgments = [each[i * n_each : i * n_each + n] for *_, i in chosen]
+        else:
+            again = [(spec, duel, k, asked[i][3]) for spec, duel, k, i in chosen for _ in range(n)]
+            texts = run.run(
+                again,
+                lambda served, group: judge_answers(
+                    served,
+                    [again[g][3] for g in group],
+                    sampled,
+                    run.system,
+                    [run.seed(again[g][0].name, again[g][1], again[g][2], "meta", g % n) for g in group],
+                    rubric,
+                ),
             )
-            for b in best.itertuples(index=False)
-            for _ in range(n)
-        ]
-        texts = run.run(
-            again,
-            lambda served, group: judge_answers(
-                served,
-                [again[i][3] for i in group],
-                sampled,
-                run.system,
-                [run.seed(again[i][0].name, again[i][1], again[i][2], "meta", i % n) for i in group],
-                rubric,
-            ),
-        )
-        firsts = list(range(0, len(again), n))
+            judgments = [texts[c * n : (c + 1) * n] for c in range(len(chosen))]
         users = [
             judge_ids(
-                run.backend.serve(again[i][0]).tok,
-                again[i][3].prompt,
-                [again[i][3].response],
+                run.backend.serve(spec).tok,
+                asked[i][3].prompt,
+                [asked[i][3].response],
                 sampled,
                 run.system,
                 "",
                 rubric,
             )[0]
-            for i in firsts
+            for spec, _, _, i in chosen
         ]
-        pairs = [(texts[i].raw, texts[i + 1].raw) for i in firsts]
-        verdicts = [None] * len(firsts)
-        for group in by_base([again[i][0] for i in firsts]):
-            served = run.backend.serve_each([again[firsts[g]][0] for g in group for _ in (0, 1)])
-            for g, p in zip(
+        # 3. every two judgments, stripped of their scores, in both orders
+        orders = [(a, b) for a in range(n) for b in range(n) if a != b]
+        asks = [
+            (c, a, b, (strip_score(judgments[c][a].raw, rubric), strip_score(judgments[c][b].raw, rubric)))
+            for c in range(len(chosen))
+            for a, b in orders
+        ]
+        verdicts = [None] * len(asks)
+        for group in by_base([chosen[q[0]][0] for q in asks]):
+            served = run.backend.serve_each([chosen[asks[g][0]][0] for g in group])
+            for g, v in zip(
                 group,
-                meta_judge(served, [users[g] for g in group], [pairs[g] for g in group], run.cfg, run.system),
+                meta_judge(
+                    served,
+                    [users[asks[g][0]] for g in group],
+                    [asks[g][3] for g in group],
+                    run.cfg,
+                    run.system,
+                ),
             ):
-                verdicts[g] = p
-        for g, i in enumerate(firsts):
-            spec, duel, k, _ = again[i]
-            p = verdicts[g]
-            raw = json.dumps({"user": users[g], "judgments": list(pairs[g]), "p_first": p})
-            meta = Judgment(
-                None if p is None else 1 + 9 * p,
-                raw,
-                None if p is not None else "no verdict",
-                texts[i].truncated,
-                False,
-                texts[i].tokens + texts[i + 1].tokens,
+                verdicts[g] = v
+        # 4. the Elo of each judgment; one "meta" row per re-judged answer
+        for c, (spec, duel, k, _) in enumerate(chosen):
+            mine = [(a, b, verdicts[q][0]) for q, (cc, a, b, _) in enumerate(asks) if cc == c]
+            usable = [(a, b, p) for a, b, p in mine if p is not None]
+            ratings = elo_ratings(n, usable) if usable else None
+            raw = json.dumps(
+                {
+                    "user": users[c],
+                    "sample": k,
+                    "judgments": [j.raw for j in judgments[c]],
+                    "scores": [j.score for j in judgments[c]],
+                    "comparisons": [[a, b, p] for a, b, p in mine],
+                    "elo": ratings,
+                }
             )
-            run.add(spec.name, duel, spec.name, k, meta, "meta")
-        return asked, judged
+            read = sum(verdicts[q][1] for q, q_ in enumerate(asks) if q_[0] == c)
+            best = None if ratings is None else elo_win(max(ratings) - min(ratings))
+            sampled_cost = [] if reuse else judgments[c]
+            run.add(
+                spec.name,
+                duel,
+                spec.name,
+                k,
+                Judgment(
+                    None if best is None else 1 + 9 * best,
+                    raw,
+                    None if ratings is not None else "no meta-judge verdict",
+                    any(j.truncated for j in judgments[c]),
+                    False,
+                    read + sum(j.tokens for j in sampled_cost),
+                    len(mine) + sum(j.requests for j in sampled_cost),
+                    sum(j.generated for j in sampled_cost),
+                ),
+                "meta",
+            )
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         return super().pair_rows(duels, responses, judgments, baselines) + meta_judge_pairs(duels, judgments)
 
 
+# --- the pieces, each checked by hand in tests/test_methods.py ----------------------------------
+
+
+def score_variance(scores: list[float | None]) -> float | None:
+    """Variance (population) of an answer's usable sampled judge scores; None under two."""
+    usable = [s for s in scores if s is not None]
+    return float(np.var(usable)) if len(usable) >= 2 else None
+
+
+def distribution_variance(raw: str, rubric) -> float | None:
+    """Variance of an expected-mode judgment's score distribution (its ``probs`` over the
+    rubric's points, on the 1-10 scale); None when the judgment holds none."""
+    try:
+        probs = json.loads(raw)["probs"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    values = [rubric.scale(p) for p in rubric.points]
+    if len(probs) != len(values):
+        return None
+    mean = sum(p * v for p, v in zip(probs, values))
+    return sum(p * (v - mean) ** 2 for p, v in zip(probs, values))
+
+
+def most_varied(variances: dict[int, float | None]) -> int | None:
+    """The answer (sample) whose judgments vary most; the lowest sample on a tie; None when no
+    answer's judgments vary (all agree, or too few are usable: every judge pair would be
+    dropped for equal scores, so the meta-judge is not asked)."""
+    have = [(v, k) for k, v in variances.items() if v is not None and v > 0]
+    return min(have, key=lambda vk: (-vk[0], vk[1]))[1] if have else None
+
+
+def elo_win(diff: float) -> float:
+    """P(win) of a rating ``diff`` Elo points above the opponent."""
+    return 1 / (1 + 10 ** (-diff / 400))
+
+
+def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1e-2) -> list[float]:
+    """Elo ratings (mean 1000) of ``n`` players from ``outcomes`` (first, second, score of the
+    first in [0, 1]: here P(the judgment shown first is better)), fitted by maximum likelihood
+    of the Bradley-Terry model P(i beats j) = 1 / (1 + 10^((r_j - r_i) / 400)), as Chatbot Arena
+    computes Elo; ``prior`` (a Gaussian penalty on the log-strengths) keeps them finite when
+    one player wins every comparison. Newton's method."""
+    theta = np.zeros(n)
+    for _ in range(100):
+        grad, hess = -prior * theta, -prior * np.eye(n)
+        for i, j, s in outcomes:
+            p = 1 / (1 + math.exp(theta[j] - theta[i]))
+            grad[i] += s - p
+            grad[j] -= s - p
+            w = p * (1 - p)
+            hess[i, i] -= w
+            hess[j, j] -= w
+            hess[i, j] += w
+            hess[j, i] += w
+        if prior == 0:  # the strengths are defined up to a constant: pin their mean
+            hess = hess - np.ones((n, n)) / n
+        step = np.linalg.solve(hess, grad)
+        theta -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    theta -= theta.mean()
+    return [float(1000 + 400 / math.log(10) * t) for t in theta]
+
+
 def meta_judge_pairs(duels, judgments) -> list[dict]:
-    """Judge pairs of meta-rewarding: for each meta-judgment (kind "meta", raw: the judge's
-    user message, its two judgments, P(first better)), the preferred judgment is chosen."""
+    """Judge pairs of meta-rewarding: for each meta row (kind "meta", raw: the judge's user
+    message, the N judgments, their scores and Elo ratings), the highest-rated judgment is
+    chosen and the lowest rejected; none when their ratings tie, their scores are equal or
+    either has no score."""
     pairs = []
     for j in judgments[judgments["kind"] == "meta"].itertuples(index=False):
         meta = json.loads(j.raw)
-        p, (first, second) = meta.get("p_first"), meta["judgments"]
-        if p is None or p == 0.5 or first == second:
+        elo, texts, scores = meta.get("elo"), meta["judgments"], meta["scores"]
+        if not elo:
             continue
-        chosen, rejected = (first, second) if p > 0.5 else (second, first)
-        row = duel_row(duels, j.duel_id)
+        hi = max(range(len(elo)), key=lambda i: (elo[i], -i))
+        lo = min(range(len(elo)), key=lambda i: (elo[i], i))
+        if None in (scores[hi], scores[lo]):  # a judgment without a score teaches no verdict
+            continue
+        if elo[hi] == elo[lo] or scores[hi] == scores[lo] or texts[hi] == texts[lo]:
+            continue
+        p = elo_win(elo[hi] - elo[lo])
         pairs.append(
             pair(
-                row,
+                duel_row(duels, j.duel_id),
                 j.judge,
-                chosen,
-                rejected,
-                1 + 9 * max(p, 1 - p),
-                1 + 9 * min(p, 1 - p),
+                texts[hi],
+                texts[lo],
+                1 + 9 * p,
+                1 + 9 * (1 - p),
                 "judge",
                 meta["user"],
             )

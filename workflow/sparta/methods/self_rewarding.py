@@ -24,8 +24,13 @@ class SelfRewarding(Method):
     name = "self_rewarding"
     default_samples = 4
 
-    def judge(self, run) -> tuple[list, list]:
-        """Each member judges its own answers; returns (asked, judgments) for meta-rewarding."""
+    def judge(self, run) -> None:
+        """Each member judges its own answers."""
+        self.judge_own(run)
+
+    def judge_own(self, run) -> tuple[list, list, int]:
+        """Each member judges its own answers, ``n`` times each: adds one row per answer (the
+        mean) and returns (asked, every sampled judgment in turn, n) for meta-rewarding."""
         from ..judging import RUBRICS, JudgeItem, judge_answers
 
         asked = []  # (member, duel id, sample, item): every answer of the member to its prompts
@@ -53,9 +58,16 @@ class SelfRewarding(Method):
         judged = [mean_judgment(judged_each[i : i + n]) for i in range(0, len(each), n)]
         for (spec, duel, k, _), j in zip(asked, judged):
             run.add(spec.name, duel, spec.name, k, j)
-        return asked, judged
+        return asked, judged_each, n
+
+    default_length_control: float | None = None
+    """rho of the actor pairs' length control when ``baselines.length_control`` is null."""
+
+    def length_control(self, baselines) -> float | None:
+        rho = baselines.length_control
+        return self.default_length_control if rho is None else rho
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         return best_and_worst_pairs(
-            duels, responses, judgments, baselines.length_control, baselines.min_margin
+            duels, responses, judgments, self.length_control(baselines), baselines.min_margin
         )

@@ -62,12 +62,16 @@ class SPPO(Method):
             for k in range(0, len(asked), 2):
                 p = reference_win_probability(judged[k].score, judged[k + 1].score)
                 judged[k] = replace(judged[k], score=1 + 9 * p, error=None)
-        beats, tokens = {}, {}
+        beats, tokens, requests = {}, {}, {}
         for k in range(0, len(asked), 2):
             _, duel, member, (i, j), _ = asked[k]
             score = judged[k].score
             beats.setdefault((member, duel), {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
             tokens[(member, duel)] = tokens.get((member, duel), 0) + judged[k].tokens + judged[k + 1].tokens
+            # a comparison asked in both orders: 2 requests (none for the reference judge)
+            requests[(member, duel)] = (
+                requests.get((member, duel), 0) + judged[k].requests + judged[k + 1].requests
+            )
         for (member, duel), p in beats.items():
             samples = sorted({x for pair in p for x in pair})
             for k, w in win_rates(p, samples).items():
@@ -77,7 +81,15 @@ class SPPO(Method):
                     duel,
                     member,
                     k,
-                    Judgment(1 + 9 * w, raw, None, False, False, tokens[(member, duel)] // len(samples)),
+                    Judgment(
+                        1 + 9 * w,
+                        raw,
+                        None,
+                        False,
+                        False,
+                        tokens[(member, duel)] // len(samples),
+                        requests[(member, duel)] // len(samples),  # K (K - 1) requests over K answers
+                    ),
                 )
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
