@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
@@ -359,3 +361,26 @@ def test_cost_counts_requests_and_judge_tokens_per_iteration():
     assert got.loc["sppo", "judge_tokens_generated"] == 0 and got.loc["sppo", "answers"] == 3
     assert got.loc["meta", "judge_requests"] == 4 + 9 and got.loc["meta", "judgments"] == 5
     assert got.loc["meta", "judge_tokens_generated"] == 4 * 50 + 120
+
+
+def test_judgments_written_before_the_request_columns_still_read(tmp_path):
+    """A judgments table of a run made before ``requests`` and ``generated_tokens`` existed
+    reads with them null, and its cost shows them unknown (NaN), not 0; a method that judges
+    nothing (no rows) spent 0."""
+    row = {c: None for c in tables.columns("judgments") if c not in ("requests", "generated_tokens")}
+    row.update(duel_id="d", judge="ann", target="ann", sample=0, kind="score", score=5.0, prompt_tokens=7)
+    old = pd.DataFrame([row])
+    schema = tables.SCHEMAS["judgments"]
+    schema = schema.remove(schema.get_field_index("generated_tokens"))
+    schema = schema.remove(schema.get_field_index("requests"))
+    path = tmp_path / "old.parquet"
+    pq.write_table(pa.Table.from_pandas(old, schema=schema, preserve_index=False), path)
+    read = tables.read(path, "judgments")
+    assert read["requests"].isna().all() and read["generated_tokens"].isna().all()
+    runs = pd.DataFrame({"run": ["a", "b"], "experiment": ["old", "spin"], "seed": [1, 1]})
+    responses = {r: pd.DataFrame({"n_tokens": [3], "iteration": 1}) for r in ("a", "b")}
+    none = tables.empty("judgments").assign(iteration=pd.Series(dtype=int))
+    cost = compare.cost(runs, responses, {"a": read.assign(iteration=1), "b": none}).set_index("experiment")
+    assert np.isnan(cost.loc["old", "judge_requests"]) and cost.loc["old", "tokens_judged"] == 7
+    assert cost.loc["spin", "judge_requests"] == 0
+    tables.to_arrow(cost.reset_index(), "cost")

@@ -363,6 +363,14 @@ def _adjust(table: pd.DataFrame, keys: list[dict]) -> pd.DataFrame:
     return table[columns]
 
 
+def _total(column: pd.Series) -> float:
+    """Sum of a count column; NaN when every value is null (tables written before the column
+    existed: unknown, not zero); 0 without rows."""
+    if len(column) == 0:
+        return 0.0
+    return float(pd.to_numeric(column, errors="coerce").sum(min_count=1))
+
+
 def cost(
     runs: pd.DataFrame, responses: dict[str, pd.DataFrame], judgments: dict[str, pd.DataFrame]
 ) -> pd.DataFrame:
@@ -382,9 +390,9 @@ def cost(
                     "answers": len(a),
                     "tokens_generated": int(a["n_tokens"].sum()),
                     "judgments": len(j),
-                    "judge_requests": int(j["requests"].fillna(0).sum()),
+                    "judge_requests": _total(j["requests"]),
                     "tokens_judged": int(j["prompt_tokens"].fillna(0).sum()),
-                    "judge_tokens_generated": int(j["generated_tokens"].fillna(0).sum()),
+                    "judge_tokens_generated": _total(j["generated_tokens"]),
                 }
             )
     per_seed_rows = pd.DataFrame(rows)

@@ -357,6 +357,10 @@ SCHEMAS: dict[str, pa.Schema] = {
 # between the stages of an iteration
 OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy", "training_log"}
 
+# columns added to a table after runs were made with it: a table written before reads with
+# them null, so a run made before an update resumes (its cost shows those columns as unknown)
+ADDED_COLUMNS = {"judgments": ("requests", "generated_tokens")}
+
 
 class TableError(ValueError):
     """A table on disk or in memory does not match its schema."""
@@ -416,10 +420,15 @@ def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
     except (pa.ArrowException, OSError) as e:
         reason = "empty file" if path.stat().st_size == 0 else str(e).splitlines()[0]
         raise TableError(f"{path} is not a readable Parquet {kind} table ({reason}): {REBUILD}") from None
-    missing = [c for c in _schema(kind).names if c not in table.column_names]
+    added = ADDED_COLUMNS.get(kind, ())
+    missing = [c for c in _schema(kind).names if c not in table.column_names and c not in added]
     if missing:
         raise TableError(f"{path} is not a {kind} table: missing column(s) {missing}; {REBUILD}")
-    return table.to_pandas()
+    out = table.to_pandas()
+    for c in added:
+        if c not in out:
+            out[c] = pd.Series([None] * len(out), dtype=object)
+    return out
 
 
 def read_many(paths, kind: str) -> pd.DataFrame:

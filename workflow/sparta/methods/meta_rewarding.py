@@ -245,9 +245,10 @@ def meta_judge_pairs(duels, judgments) -> list[dict]:
     pairs = []
     for j in judgments[judgments["kind"] == "meta"].itertuples(index=False):
         meta = json.loads(j.raw)
-        elo, texts, scores = meta.get("elo"), meta["judgments"], meta["scores"]
-        if not elo:
+        elo = meta.get("elo")
+        if not elo:  # no verdict (or a row written before the Elo ranking)
             continue
+        texts, scores = meta["judgments"], meta["scores"]
         hi = max(range(len(elo)), key=lambda i: (elo[i], -i))
         lo = min(range(len(elo)), key=lambda i: (elo[i], i))
         if None in (scores[hi], scores[lo]):  # a judgment without a score teaches no verdict
