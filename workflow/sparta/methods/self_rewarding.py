@@ -5,7 +5,8 @@ Each member samples ``baselines.samples`` answers per prompt (paper: N = 4) and 
 itself with the paper's additive 5-point LLM-as-a-judge prompt (``baselines.judge_prompt:
 additive``); in generate mode it judges each answer ``baselines.judge_samples`` times (paper: 3)
 and averages. Chosen = the highest scored answer, rejected = the lowest; pairs with equal
-scores are dropped (paper), and so are pairs less than ``baselines.min_margin`` apart. DPO
+scores are dropped (paper), and so are pairs less than ``baselines.min_margin`` apart.
+Meta-rewarding's length control (``baselines.length_control``) applies only when set. DPO
 trains the member on its own pairs, against itself as it entered the iteration.
 
 Deliberate differences: every member of the pool aligns alone (the paper aligns one model);
@@ -23,6 +24,8 @@ from .base import Method, best_and_worst_pairs, mean_judgment
 class SelfRewarding(Method):
     name = "self_rewarding"
     default_samples = 4
+    default_length_control: float | None = None
+    """rho of the pairs' length control when ``baselines.length_control`` is null (off)."""
 
     def judge(self, run) -> None:
         """Each member judges its own answers."""
@@ -59,9 +62,6 @@ class SelfRewarding(Method):
         for (spec, duel, k, _), j in zip(asked, judged):
             run.add(spec.name, duel, spec.name, k, j)
         return asked, judged_each, n
-
-    default_length_control: float | None = None
-    """rho of the actor pairs' length control when ``baselines.length_control`` is null."""
 
     def length_control(self, baselines) -> float | None:
         rho = baselines.length_control
