@@ -63,6 +63,10 @@ def world(tmp_path_factory, tiny_base):
         (root / name).mkdir()
         (root / name / "adapter_config.json").write_text(json.dumps(lora))
         stand_in_safetensors(root / name / "adapter_model.safetensors", tensors)
+    rows = [{"prompt": f"Capital number {i}?", "answer": a} for i, a in enumerate(["B", "(c)", "Paris", "A"])]
+    (root / "mc_words.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = [{"prompt": f"What is {i} + 1?", "answer": None if i == 2 else str(i + 1)} for i in range(4)]
+    (root / "gap_answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (root / "null_prompts.jsonl").write_text('{"prompt": "What is 2 + 2?"}\n{"prompt": null}\n')
     return root
 
@@ -161,6 +165,36 @@ WORLD_CASES = [
     ({"evaluation": {"judge": {"base": "/no/judge"}}}, "evaluation.judge.base"),
     ({"evaluation": {"tasks": [{"name": "gsm", "file": "/no/gsm.jsonl"}]}}, "does not exist"),
     ({"backend": "vllm", "device": "cpu"}, "backend: vllm runs on CUDA GPUs only"),
+    (
+        {
+            "evaluation": {
+                "tasks": [
+                    {
+                        "name": "mc",
+                        "file": "WORLD/mc_words.jsonl",
+                        "metric": "multiple_choice",
+                        "answer_column": "answer",
+                    }
+                ]
+            }
+        },
+        "000002 ('Paris'); write the right option's letter",
+    ),
+    (
+        {
+            "evaluation": {
+                "tasks": [
+                    {
+                        "name": "sums",
+                        "file": "WORLD/gap_answers.jsonl",
+                        "metric": "exact_match",
+                        "answer_column": "answer",
+                    }
+                ]
+            }
+        },
+        "rows have no answer (metric exact_match scores against it)",
+    ),
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,6 +98,42 @@ def load_task(
     options = {s: _parsed(spec.name, "options", df["options"]) for s, df in rows.items() if "options" in df}
     labels = {s: _parsed(spec.name, "labels", df["labels"], int) for s, df in rows.items() if "labels" in df}
     rows = {s: df.drop(columns=["options", "labels"], errors="ignore") for s, df in rows.items()}
+    for s, df in rows.items():
+        _check_answers(spec, s, df, options.get(s))
     return Task(
         spec.name, spec.metric, rows, spec.answer, spec.chat_template, spec.max_new_tokens, options, labels
     )
+
+
+_LETTER = re.compile(r"^\(?([A-Za-z])\)?[.:]?$")
+
+
+def _named(ids) -> str:
+    ids = [str(i) for i in ids]
+    return ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def _check_answers(spec: TaskSpec, split: str, df: pd.DataFrame, options: list | None) -> None:
+    """Every row a metric scores against an answer has one, and a multiple-choice answer is
+    the letter of one of its options (A-E without options): else the rows are named."""
+    if spec.metric not in ("exact_match", "multiple_choice"):
+        return
+    answers = df["answer"]
+    empty = answers.isna() | (answers.astype(str).str.strip() == "")
+    if empty.any():
+        raise TaskError(
+            f"task {spec.name}: {int(empty.sum())} {split} rows have no answer (metric {spec.metric} "
+            f"scores against it): {_named(df['example_id'][empty])}; fill them in or drop those rows"
+        )
+    if spec.metric == "multiple_choice":
+        counts = [len(o) for o in options] if options is not None else [5] * len(df)
+        bad = []
+        for example, answer, n in zip(df["example_id"], answers, counts):
+            m = _LETTER.match(str(answer).strip())
+            if m is None or ord(m[1].upper()) - ord("A") >= n:
+                bad.append(f"{example} ({answer!r})")
+        if bad:
+            raise TaskError(
+                f"task {spec.name}: {len(bad)} {split} answers are not the letter of an option "
+                f"(A, B, ...): {_named(bad)}; write the right option's letter"
+            )
