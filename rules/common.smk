@@ -43,7 +43,7 @@ RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial 
 # initial member, so every model job comes after it. Jobs never touch the network.
 HUB_IDS = sorted({i for s in RUNS.values() for i in sparta_config.hub_ids(s)})
 HUB_INPUT = [ancient(layout.hub_manifest())] if HUB_IDS else []
-os.environ["HF_HUB_OFFLINE"] = "1"  # every job (a local rule's download says otherwise)
+hub.jobs_offline()  # every job: HF_HUB_OFFLINE=1 (a local rule's download says otherwise)
 EXPERIMENTS = list(STUDY.experiments)
 WIDE = STUDY.settings  # the study-wide settings (sparta.study.StudySettings): fan-out, backend, resources
 MEMBER_SPECS = {m.name: m for s in RUNS.values() for m in s.members}

@@ -59,6 +59,13 @@ class HubRef:
         return f"hf download {self.repo}{rev}"
 
 
+def jobs_offline() -> None:
+    """Every job snakemake starts from here (locally, or on Slurm with the submitting
+    environment) runs with ``HF_HUB_OFFLINE=1``: model jobs never touch the network; the local
+    rule hub_download lifts it for its own download."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+
 def is_ref(value) -> bool:
     """Whether ``value`` is written as a hub id (``hf://...``)."""
     return isinstance(value, str) and value.startswith(PREFIX)
