@@ -10,6 +10,8 @@ import sys
 
 from sparta import config as sparta_config
 from sparta import layout
+from sparta import integrity
+from sparta import keep
 from sparta import locks
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
@@ -36,6 +38,11 @@ for note in STUDY.notes:
 # and a run's unlock removes its own lock files only, never another live run's. Jobs that
 # snakemake spawns never touch the locks.
 locks.install(workflow, STUDY.name, "study" if STUDY.is_study else "experiment")
+
+# A failing rerun keeps the previous outputs (sparta/keep.py): a job's existing outputs are
+# moved aside before it runs (Snakemake would delete them), put back if it fails, and removed
+# when it succeeds. In every snakemake process: on a cluster the node's process runs the job.
+keep.install(workflow)
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
 # Hub ids of every run, downloaded once by the local rule hub_download (pool.smk) into the
@@ -357,7 +364,18 @@ def final_outputs():
             layout.study_file(STUDY.name, f)
             for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")
         ]
-    return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study
+    # the converted bases every member is made from (shared by every run: results/_bases/)
+    bases = [f"{layout.base_dir(base)}/config.json" for base in GGUF_BASES]
+    return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study + bases
+
+
+# Integrity (sparta/integrity.py): every finished file of the target whose size, or whose
+# content once its time changed, differs from what was recorded when its job succeeded (or a
+# table whose Parquet footer is unreadable) is reported and rebuilt with what depends on it.
+integrity.install(workflow, final_outputs())
+# A shared base (convert_gguf) is part of the target: deleted, it is rebuilt by the plain rerun;
+# rebuilt with the same bytes, it retrains no member (content, not mtime: sparta/integrity.py).
+integrity.shared_bases(workflow, ["convert_gguf"])
 
 
 # Fan-out: the same rule is one job per member (wildcard {member} / {judge}) or one job per
@@ -478,6 +496,8 @@ def stage_resources(stage):
 
 
 onstart:
+    # outputs an interrupted run had set aside go back where they are missing (sparta/keep.py)
+    keep.recover(workflow, [layout.run_dir(run) for run in RUNS])
     # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
     if workflow.local_exec:
         sparta_config.check_local_device(WIDE)

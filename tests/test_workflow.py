@@ -238,7 +238,7 @@ def test_editing_a_setting_reruns_only_what_it_can_change(run_a, tiny_base, tmp_
 
 def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tmp_path, capsys):
     """A judgments table without its score column makes iteration 2's aggregation fail; its
-    log ends with the file to fix, and snakemake removes that job's outputs. Once the bad
+    log ends with the file to fix, and that job's finished outputs are kept. Once the bad
     file is deleted (and a finished member's weights too), the same command rebuilds exactly
     what is missing: every table and adapter equals the undamaged run's, byte for byte."""
     from sparta.cli import main
@@ -256,7 +256,10 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     ]
     assert "judgments/ann.parquet is not a judgments table: missing column(s) ['score']" in log[-1], log[-3:]
     assert "Traceback" in "\n".join(log)
-    assert not (rnd / "state.parquet").exists()  # the failed job's outputs are gone
+    # the failed job's previous outputs are back, unchanged (sparta/keep.py)
+    finished = run_a[0] / (rnd / "state.parquet").relative_to(work)
+    assert (rnd / "state.parquet").read_bytes() == finished.read_bytes()
+    (rnd / "state.parquet").unlink()
     assert main(["standings", str(work / EXP)]) == 0
     assert "iter_2/round_0 has no state.parquet" in capsys.readouterr().err
 

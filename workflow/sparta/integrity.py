@@ -1,0 +1,215 @@
+"""Integrity of a run's finished files: recorded when a job succeeds, checked when a run starts.
+
+Snakemake notices a missing output, not a damaged one: a truncated table keeps its name and a
+plain rerun says "Nothing to be done". So:
+
+* when a job succeeds, snakemake's main process records each of its outputs (every table,
+  ``member.json``, adapter and trainer log, figure) in ``.snakemake/sparta-integrity/<path>.json``:
+  size, modification time and SHA-256 of its content (:func:`record`);
+* when a run starts (snakemake's main process, dry runs included, before the DAG is built),
+  every file of the run's target that has a record is checked (:func:`check`): a file whose
+  size differs from its record is damaged; one whose modification time differs is hashed, and
+  damaged when its content differs (same content: the record takes its new time). A Parquet
+  table is also damaged when its footer cannot be read (this needs no record: a run finished
+  before records existed is checked too). A finished file with no record gets one (its
+  content as it is now).
+* a damaged file is reported by path and its job forced (as ``--forcerun <file>``), so it is
+  rebuilt with everything that depends on it; a missing one is reported and rebuilt as
+  Snakemake always does.
+
+Cost: a ``stat`` and a small JSON read per file, plus a Parquet footer read per table; content
+is hashed only for files whose time changed (and once, for files without a record).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+FOLDER = "sparta-integrity"  # under snakemake's persistence folder (.snakemake)
+CHUNK = 1 << 20
+
+
+def sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def record_path(root: Path, path: str) -> Path:
+    p = Path(os.path.abspath(path))
+    return root / FOLDER / f"{p.relative_to(p.anchor)}.json"
+
+
+def _read(root: Path, path: str) -> dict | None:
+    try:
+        rec = json.loads(record_path(root, path).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and {"size", "mtime_ns", "sha256"} <= rec.keys() else None
+
+
+def _write(root: Path, path: str, rec: dict) -> None:
+    target = record_path(root, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, target)
+
+
+def record(root: Path, path: str) -> None:
+    """Record a finished file: size, mtime and content hash."""
+    try:
+        st = os.stat(path)
+        rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
+    except OSError:
+        return
+    _write(root, path, rec)
+
+
+def forget(root: Path, path: str) -> None:
+    record_path(root, path).unlink(missing_ok=True)
+
+
+def _parquet_unreadable(path: str) -> str | None:
+    if not path.endswith(".parquet"):
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        pq.read_metadata(path)
+    except Exception as e:  # a truncated or overwritten table: no footer
+        return f"not a readable Parquet table ({str(e).splitlines()[0][:120]})"
+    return None
+
+
+def damage(root: Path, path: str) -> str | None:
+    """Why a finished file is damaged (None: it is not, or it is missing). A file without a
+    record gets one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    unreadable = _parquet_unreadable(path)
+    if unreadable:
+        return unreadable
+    rec = _read(root, path)
+    if rec is None:
+        record(root, path)
+        return None
+    if st.st_size != rec["size"]:
+        return f"{st.st_size} bytes, {rec['size']} when it was written"
+    if st.st_mtime_ns != rec["mtime_ns"]:
+        if sha256(path) != rec["sha256"]:
+            return "its content changed since it was written"
+        _write(root, path, {**rec, "mtime_ns": st.st_mtime_ns})
+    return None
+
+
+def check(root: Path, paths) -> tuple[list[str], list[str]]:
+    """(damaged, missing) among ``paths``, each damaged one reported on stderr."""
+    damaged, missing = [], []
+    for path in dict.fromkeys(map(str, paths)):
+        if not os.path.lexists(path):
+            if _read(root, path) is not None:
+                missing.append(path)
+            continue
+        why = damage(root, path)
+        if why:
+            damaged.append(path)
+            print(f"sparta: damaged: {path}: {why}; it is rebuilt with what depends on it", file=sys.stderr)
+    for path in missing:
+        print(f"sparta: missing: {path}; it is rebuilt with what depends on it", file=sys.stderr)
+    return damaged, missing
+
+
+# --- snakemake, in the main process --------------------------------------------------------------
+
+_state = {"damaged": set(), "installed": False}
+
+
+def install(workflow, paths) -> None:
+    """Check ``paths`` (the run's target) now and force the jobs of damaged ones when the DAG is
+    built (see the module's doc). Only in snakemake's main process."""
+    if not workflow.is_main_process:
+        return
+    from snakemake.dag import DAG
+    from snakemake.exceptions import WorkflowError
+
+    if "forcefiles" not in DAG.__init__.__code__.co_varnames:
+        raise WorkflowError(
+            "sparta: this snakemake's DAG takes no forcefiles, through which sparta rebuilds a "
+            "damaged file (sparta/integrity.py; tested with the snakemake that requirements.txt pins)"
+        )
+    root = Path(".snakemake").absolute()
+    paths = list(dict.fromkeys(map(str, paths)))
+    start = time.perf_counter()
+    damaged, _ = check(root, paths)
+    bench = os.environ.get("SPARTA_INTEGRITY_BENCH")  # benchmarks/bench_integrity.py
+    if bench:
+        Path(bench).write_text(json.dumps({"files": paths, "seconds": time.perf_counter() - start}))
+    _state["damaged"].update(damaged)
+    if _state["installed"]:
+        return
+    _state["installed"] = True
+    original = DAG.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        if _state["damaged"]:
+            self.forcefiles.update(_state["damaged"])
+
+    DAG.__init__ = __init__
+
+
+# --- shared bases: part of the target, rebuilt without retraining what uses them --------------
+
+
+def shared_bases(workflow, rules) -> None:
+    """Jobs of ``rules`` (convert_gguf: a shared base) rerun without making the jobs that use
+    their outputs rerun with them. Snakemake reruns every job downstream of a job that runs,
+    whatever its output turns out to be: so deleting ``results/_bases/<base>`` (a cache, to the
+    eye) would retrain every member. Instead, while Snakemake decides what runs, these jobs
+    are not seen as feeding their consumers: a deleted base is rebuilt (it is part of the
+    target) and its consumers still wait for it, but they rerun only for reasons of their own.
+    One of them is content: a consumer whose base file is newer than its outputs reruns when
+    the file's checksum differs from the one Snakemake recorded (it does for files under 1 MB,
+    such as the base's config.json), so a base rebuilt with the same bytes retrains nothing.
+    Only in snakemake's main process."""
+    if not workflow.is_main_process:
+        return
+    from snakemake.dag import DAG
+    from snakemake.exceptions import WorkflowError
+
+    if not hasattr(DAG, "update_needrun"):
+        raise WorkflowError(
+            "sparta: this snakemake's DAG has no update_needrun, which sparta wraps so a rebuilt "
+            "shared base retrains nothing (sparta/integrity.py; tested with the snakemake that "
+            "requirements.txt pins)"
+        )
+    rules = set(rules)
+    if _state.get("bases") is not None:
+        _state["bases"] |= rules
+        return
+    _state["bases"] = rules
+    original = DAG.update_needrun
+
+    async def update_needrun(self, *args, **kwargs):
+        depending = getattr(self, "depending", None)
+        hidden = {}
+        if depending is not None:
+            for job in [j for j in depending if getattr(j, "rule", None) and j.rule.name in _state["bases"]]:
+                hidden[job] = depending.pop(job)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            for job, consumers in hidden.items():
+                depending[job] = consumers
+
+    DAG.update_needrun = update_needrun
