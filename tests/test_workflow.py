@@ -241,6 +241,7 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     log ends with the file to fix, and that job's finished outputs are kept. Once the bad
     file is deleted (and a finished member's weights too), the same command rebuilds exactly
     what is missing: every table and adapter equals the undamaged run's, byte for byte."""
+    from sparta import integrity
     from sparta.cli import main
 
     work = tmp_path / "work"
@@ -249,6 +250,9 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     rnd = work / EXP / "iter_2" / "round_0"
     bad = rnd / "judgments" / "ann.parquet"
     pd.read_parquet(bad).drop(columns="score").to_parquet(bad)
+    # as if the bad table had been written so by its job (else the start's integrity check
+    # finds it damaged and rebuilds it: tests/test_integrity.py)
+    integrity.record(work / ".snakemake", str(bad.relative_to(work)), workdir=work)
     proc = run_snakemake(work, cfg, check=False)
     assert proc.returncode != 0
     log = [

@@ -43,8 +43,14 @@ def sha256(path: str | os.PathLike) -> str:
 
 
 def record_path(root: Path, path: str) -> Path:
-    p = Path(os.path.abspath(path))
-    return root / FOLDER / f"{p.relative_to(p.anchor)}.json"
+    """Where the record of ``path`` is: by its path in the working directory (as Snakemake
+    names it, so a results folder copied with its .snakemake keeps its records), else by its
+    absolute path."""
+    rel = os.path.normpath(path)
+    if os.path.isabs(rel) or rel.startswith(".."):
+        p = Path(os.path.abspath(path))
+        rel = os.path.join("_absolute", p.relative_to(p.anchor))
+    return root / FOLDER / f"{rel}.json"
 
 
 def _read(root: Path, path: str) -> dict | None:
@@ -63,11 +69,13 @@ def _write(root: Path, path: str, rec: dict) -> None:
     os.replace(tmp, target)
 
 
-def record(root: Path, path: str) -> None:
-    """Record a finished file: size, mtime and content hash."""
+def record(root: Path, path: str, workdir: str | os.PathLike = ".") -> None:
+    """Record a finished file: size, mtime and content hash (``path`` as Snakemake names it, in
+    ``workdir``)."""
     try:
-        st = os.stat(path)
-        rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(path)}
+        full = os.path.join(workdir, path)
+        st = os.stat(full)
+        rec = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(full)}
     except OSError:
         return
     _write(root, path, rec)
