@@ -364,8 +364,10 @@ def final_outputs():
             layout.study_file(STUDY.name, f)
             for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")
         ]
-    # the converted bases every member is made from (shared by every run: results/_bases/)
+    # the converted bases every member is made from (shared by every run: results/_bases/),
+    # and the manifest of the hub downloads
     bases = [f"{layout.base_dir(base)}/config.json" for base in GGUF_BASES]
+    bases += [layout.hub_manifest()] if HUB_IDS else []
     return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study + bases
 
 
@@ -373,9 +375,10 @@ def final_outputs():
 # content once its time changed, differs from what was recorded when its job succeeded (or a
 # table whose Parquet footer is unreadable) is reported and rebuilt with what depends on it.
 integrity.install(workflow, final_outputs())
-# A shared base (convert_gguf) is part of the target: deleted, it is rebuilt by the plain rerun;
-# rebuilt with the same bytes, it retrains no member (content, not mtime: sparta/integrity.py).
-integrity.shared_bases(workflow, ["convert_gguf"])
+# A shared base (convert_gguf, hub_download) is part of the target: deleted, it is rebuilt by
+# the plain rerun; rebuilt with the same bytes, it retrains no member (content, not mtime:
+# sparta/integrity.py).
+integrity.shared_bases(workflow, ["convert_gguf", "hub_download"])
 
 
 # Fan-out: the same rule is one job per member (wildcard {member} / {judge}) or one job per

@@ -162,22 +162,32 @@ def install(workflow) -> None:
         records = {}
         if main and error:  # the finished files' records, before Snakemake records the failure
             records = {str(f): persistence._read_record(persistence._get_key(f)) for f in self.output}
-        await _original["postprocess"](self, *args, error=error, **kwargs)
-        if main and not error:  # the finished outputs' size and content, checked at each start
-            for f in self.output:
-                integrity.record(Path(persistence.path), str(f))
         folder = job_folder(self)
-        if not main or not folder.is_dir():
-            return
-        if error:
-            back = restore(folder)  # again: Snakemake may have removed what a node's process restored
-            for path in back:
+
+        def put_back():
+            """Again: Snakemake may have removed what a node's process restored."""
+            for path in restore(folder):
                 key = persistence._get_key(next(f for f in self.output if str(f) == path))
                 if records.get(path) is not None:
                     persistence._write_record(key, records[path])
                 else:
                     persistence._delete_record(key)
             persistence._clear_cache()
+
+        try:
+            await _original["postprocess"](self, *args, error=error, **kwargs)
+        except BaseException:
+            if main and error and folder.is_dir():
+                put_back()
+                discard(folder)
+            raise  # a success whose outputs fail Snakemake's checks: it calls this again, as failed
+        if main and not error:  # the finished outputs' size and content, checked at each start
+            for f in self.output:
+                integrity.record(Path(persistence.path), str(f))
+        if not main or not folder.is_dir():
+            return
+        if error:
+            put_back()
         discard(folder)
 
     Job.remove_existing_output = remove_existing_output
