@@ -366,7 +366,8 @@ def final_outputs():
         ]
     # the converted bases every member is made from (shared by every run: results/_bases/),
     # and the manifest of the hub downloads
-    bases = [f"{layout.base_dir(base)}/config.json" for base in GGUF_BASES]
+    used = {m.base for s in RUNS.values() for m in s.members}  # config.yaml's toy base, unused: no
+    bases = [f"{layout.base_dir(base)}/config.json" for base in GGUF_BASES if base in used]
     bases += [layout.hub_manifest()] if HUB_IDS else []
     return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study + bases
 
