@@ -239,11 +239,20 @@ def sft_data(wildcards):
 
 
 def prompt_file(wildcards):
-    return run_of(wildcards).prompts.file
+    return run_of(wildcards).prompts.source_file()
 
 
 def evaluation_task_files(wildcards):
-    return [t.file for t in run_of(wildcards).evaluation.tasks if t.source == "file"]
+    return [t.source_file() for t in run_of(wildcards).evaluation.tasks if t.source == "file"]
+
+
+# Hub datasets of every run (prompts.dataset, evaluation.tasks[].dataset): one Parquet file per
+# (dataset, config, split) under results/_data/, written by the local rule hub_dataset
+HUB_DATASETS = {
+    hub.dataset_key(d.dataset, d.config, d.split): (d.dataset, d.config, d.split)
+    for s in RUNS.values()
+    for d in sparta_config.dataset_sources(s)
+}
 
 
 def evaluated_checkpoints(exp):

@@ -60,6 +60,27 @@ rule hub_download:
         "../workflow/scripts/hub_download.py"
 
 
+rule hub_dataset:
+    """One (config, split) of a hub dataset (prompts.dataset, evaluation.tasks[].dataset) from
+    its snapshot in the Hugging Face cache (rule hub_download) to Parquet under results/_data/,
+    once for every run that reads it. A local rule: no model, no network."""
+    input:
+        hub=HUB_INPUT,
+    output:
+        data=layout.hub_dataset("{dataset}"),
+    params:
+        source=lambda wc: HUB_DATASETS[wc.dataset],
+    log:
+        layout.hub_dataset_log("{dataset}"),
+    wildcard_constraints:
+        dataset=alternatives(HUB_DATASETS),
+    localrule: True
+    conda:
+        "../envs/train.yaml"  # datasets
+    script:
+        "../workflow/scripts/hub_dataset.py"
+
+
 rule init_hub_member:
     """An initial member whose base or adapter is a hub id: member.json keeps the id (model
     jobs resolve it through the manifest to the cached snapshot)."""

@@ -16,13 +16,13 @@ from sparta.members import MemberSpec, hub_name, is_hub_id
 from .tiny import build_tiny_model
 from .workflow_helpers import run_snakemake, tiny_config, write_config
 
-MODEL, ADAPTER = "sparta-test/tiny", "sparta-test/tiny-lora"
-COMMITS = {MODEL: "1" * 40, ADAPTER: "2" * 40}
+MODEL, ADAPTER, DATASET = "sparta-test/tiny", "sparta-test/tiny-lora", "sparta-test/tiny-math"
+COMMITS = {MODEL: "1" * 40, ADAPTER: "2" * 40, DATASET: "3" * 40}
 
 
-def snapshot(cache, repo: str) -> tuple:
-    """models--org--name/{refs/main, blobs, snapshots/<commit>} of ``repo``."""
-    folder = cache / f"models--{repo.replace('/', '--')}"
+def snapshot(cache, repo: str, kind: str = "models") -> tuple:
+    """<kind>--org--name/{refs/main, blobs, snapshots/<commit>} of ``repo``."""
+    folder = cache / f"{kind}--{repo.replace('/', '--')}"
     (folder / "refs").mkdir(parents=True, exist_ok=True)
     (folder / "blobs").mkdir(exist_ok=True)
     (folder / "refs" / "main").write_text(COMMITS[repo])
@@ -44,7 +44,25 @@ def hf_home(tmp_path_factory):
     get_peft_model(AutoModelForCausalLM.from_pretrained(model), lora).save_pretrained(
         snapshot(cache, ADAPTER)
     )
+    write_dataset_repo(snapshot(cache, DATASET, "datasets"))
     return home
+
+
+def write_dataset_repo(folder):
+    """A dataset repo as the hub holds one: config ``main`` (train 40 rows, test 20) declared
+    in the card, its data files in JSON lines (GSM8K's columns: question, answer)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n"
+        "  - split: train\n    path: main/train.jsonl\n  - split: test\n    path: main/test.jsonl\n---\n"
+    )
+    (folder / "main").mkdir(exist_ok=True)
+    for split, n, offset in (("train", 40, 0), ("test", 20, 100)):
+        rows = [
+            {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
+            for i in range(offset, offset + n)
+        ]
+        (folder / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 @pytest.fixture
@@ -142,7 +160,7 @@ def test_a_run_with_members_by_hub_id(offline, tmp_path):
     run_snakemake(work, write_config(tmp_path, cfg))
     manifest = pd.read_parquet(work / "results" / "_hub" / "manifest.parquet")
     assert sorted(manifest["id"]) == sorted([f"hf://{MODEL}", f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"])
-    assert set(manifest["commit"]) == set(COMMITS.values())
+    assert set(manifest["commit"]) == {COMMITS[MODEL], COMMITS[ADAPTER]}
     run = work / "results" / "hub"
     first = json.loads((run / "iter_0/members/ann/member.json").read_text())
     assert first == {"name": "ann", "base": f"hf://{MODEL}", "adapter": f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"}
@@ -178,3 +196,117 @@ def test_snakemake_stops_on_a_missing_id_before_any_job_and_a_dry_run_plans_it(o
     assert not (work / "results").exists()
     plan = run_snakemake(work, config, "-n")
     assert "hub_download" in plan.stdout
+
+
+def test_dataset_ids_parse_and_name_one_file_per_split():
+    assert hub.dataset_id(DATASET) == f"hf://datasets/{DATASET}"
+    assert hub.dataset_id(f"{DATASET}@v1") == f"hf://datasets/{DATASET}@v1"
+    assert hub.dataset_id(f"hf://datasets/{DATASET}") == f"hf://datasets/{DATASET}"
+    ref = hub.parse(hub.dataset_id(f"{DATASET}@v1"))
+    assert (ref.repo, ref.revision, ref.repo_type) == (DATASET, "v1", "dataset")
+    assert ref.fetch_command() == f"hf download {DATASET} --repo-type dataset --revision v1"
+    assert hub.parse(f"hf://{MODEL}").repo_type == "model"
+    assert hub.dataset_key(DATASET, "main", "test") == "sparta-test--tiny-math--main--test"
+    assert hub.dataset_key(f"{DATASET}@v1", None, "train") == "sparta-test--tiny-math@v1--default--train"
+    with pytest.raises(hub.HubError, match="not a hub dataset"):
+        hub.dataset_id("just-a-name")
+
+
+def test_a_dataset_downloads_into_the_manifest_and_loads_a_split(offline, tmp_path):
+    ids = [hub.dataset_id(DATASET)]
+    path = tmp_path / "manifest.parquet"
+    hub.write_manifest(hub.download(ids), path)
+    row = pd.read_parquet(path).iloc[0]
+    assert (row["id"], row["kind"], row["commit"]) == (ids[0], "dataset", COMMITS[DATASET])
+    test = hub.load_split(DATASET, "main", "test", path)
+    assert len(test) == 20 and list(test.columns) == ["question", "answer"]
+    assert test["question"].iloc[0] == "What is 100 + 100?"
+    with pytest.raises(hub.HubError, match="split 'validation'") as e:
+        hub.load_split(DATASET, "main", "validation", path)
+    assert "train" in str(e.value) and "test" in str(e.value)  # the splits it has
+    with pytest.raises(hub.HubError, match="config nope"):
+        hub.load_split(DATASET, "nope", "test", path)
+
+
+def test_prompts_and_a_task_from_a_hub_dataset_the_paper_s_way(offline, tmp_path):
+    """X is the dataset's train split, all of it; the task is its test split halved into
+    validation and test with the seed: rule hub_download, then rule hub_dataset writes each
+    split once to results/_data/, and split_prompts reads it as any prompt file."""
+    cfg = tiny_config(
+        tmp_path,
+        "hubdata",
+        base_models={"tiny": {"path": f"hf://{MODEL}"}},
+        prompts={
+            "file": None,
+            "dataset": DATASET,
+            "config": "main",
+            "split": "train",
+            "prompt_column": "question",
+            "answer_column": "answer",
+            "id_column": None,
+            "validation": 0,
+            "test": 0,
+        },
+        evaluation={
+            "tasks": [
+                {
+                    "name": "tinymath",
+                    "dataset": DATASET,
+                    "config": "main",
+                    "prompt_column": "question",
+                    "answer_column": "answer",
+                    "metric": "exact_match",
+                    "max_new_tokens": 8,
+                }
+            ]
+        },
+    )
+    settings = load(cfg, tmp_path)  # not downloaded yet: a note, not a problem
+    assert settings.prompts.source_file() == "results/_data/sparta-test--tiny-math--main--train.parquet"
+    work = tmp_path / "work"
+    config = write_config(tmp_path, cfg)
+    run_snakemake(work, config, "results/hubdata/data/alignment.parquet", *_task_files())
+    manifest = pd.read_parquet(work / "results" / "_hub" / "manifest.parquet")
+    row = manifest.set_index("kind").loc["dataset"]
+    assert (row["id"], row["commit"]) == (f"hf://datasets/{DATASET}", COMMITS[DATASET])
+    alignment = pd.read_parquet(work / "results/hubdata/data/alignment.parquet")
+    assert len(alignment) == 40 and alignment["prompt"].str.startswith("What is").all()
+    assert (work / "results/_data/logs/sparta-test--tiny-math--main--test.log").is_file()
+
+    from sparta.tasks import load_task
+
+    task = load_task(load(cfg, work).evaluation.tasks[0], {}, seed=7, root=work)
+    val, test = task.rows["validation"], task.rows["test"]
+    assert (len(val), len(test)) == (10, 10) and not set(val["example_id"]) & set(test["example_id"])
+    asked = set(val["prompt"]) | set(test["prompt"])
+    assert asked == {f"What is {i} + {i}?" for i in range(100, 120)}
+
+
+def _task_files():
+    return ["results/_data/sparta-test--tiny-math--main--test.parquet"]
+
+
+def test_a_dataset_written_wrongly_or_given_twice_is_named(offline, tmp_path):
+    hubbed = {"base_models": {"tiny": {"path": f"hf://{MODEL}"}}}
+    both = tiny_config(tmp_path, prompts={"dataset": DATASET}, **hubbed)
+    with pytest.raises(ConfigError, match="prompts: give file .* or dataset .*, one of the two"):
+        load(both)
+    bad = tiny_config(tmp_path, prompts={"file": None, "dataset": "no-org"}, **hubbed)
+    with pytest.raises(ConfigError, match="prompts.dataset: 'no-org' is not a hub dataset"):
+        load(bad)
+    absent = tiny_config(tmp_path, prompts={"file": None, "dataset": "sparta-test/absent"}, **hubbed)
+    with pytest.raises(ConfigError) as e:
+        load(absent)
+    assert "hf download sparta-test/absent --repo-type dataset" in str(e.value)
+
+
+def test_the_dataset_keys_leave_a_finished_run_s_job_params_as_they_were():
+    """A task without a dataset has the job params it had before the keys existed (Snakemake's
+    params trigger reruns nothing); with one, they are part of the params."""
+    from sparta.settings import TaskSpec, as_data
+
+    before = as_data(TaskSpec(name="x", file="a.jsonl"), params=True)
+    assert not {"dataset", "config", "split"} & set(before)
+    assert {"dataset", "config", "split"} <= set(as_data(TaskSpec(name="x", file="a.jsonl")))
+    with_dataset = as_data(TaskSpec(name="x", dataset=DATASET, config="main"), params=True)
+    assert (with_dataset["dataset"], with_dataset["config"]) == (DATASET, "main")

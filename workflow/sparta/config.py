@@ -365,7 +365,51 @@ def hub_ids(settings: Settings) -> list[str]:
     annotator = settings.baselines.annotator
     if settings.method == "sppo" and annotator is not None:
         values += [annotator.base, annotator.adapter]
+    values += [_dataset_id(d.dataset) for d in dataset_sources(settings)]
     return list(dict.fromkeys(v for v in values if hub.is_ref(v)))
+
+
+def _dataset_id(value: str) -> str | None:
+    try:
+        return hub.dataset_id(value)
+    except hub.HubError:
+        return None  # the config check names it
+
+
+def dataset_sources(settings: Settings) -> list:
+    """The prompt settings and evaluation tasks of a run that read a hub dataset (rule
+    hub_dataset writes each one's split to Parquet)."""
+    found = [settings.prompts] if settings.prompts.dataset else []
+    if settings.evaluation.enabled:
+        found += [t for t in settings.evaluation.tasks if t.source == "file" and t.dataset]
+    return [d for d in found if _dataset_id(d.dataset) is not None]
+
+
+def _check_source(spec, key: str, root: Path, notes: list[str] | None) -> list[str] | None:
+    """A prompt set or task read from ``file`` or a hub ``dataset``: a problem when neither or
+    both are given, or the dataset is written wrongly; None when its file is there to check,
+    [] when a hub dataset's file is not written yet (rule hub_dataset writes it: checked by
+    the job that reads it)."""
+    if (spec.file is None) == (spec.dataset is None):
+        both = spec.file is not None
+        merged = " (over config.yaml, whose prompts.file stays: write file: null)" if both else ""
+        return [f"{key}: give file (a local file) or dataset (a hub dataset), one of the two{merged}"]
+    if spec.dataset is None:
+        return None
+    try:
+        ref = hub.parse(hub.dataset_id(spec.dataset))
+    except hub.HubError as e:
+        return [f"{key}.dataset: {e}"]
+    if (root / spec.source_file()).is_file():
+        return None
+    if hub.cached(ref) is None and not (hub.PLANNING or hub.reachable()):
+        return [hub.missing_message(ref, f"{key}.dataset")]
+    if notes is not None:
+        notes.append(
+            f"{key}: {ref.id} (config {spec.config or 'default'}, split {spec.split}) is written to "
+            f"{spec.source_file()} by rule hub_dataset; its columns are checked when it is read"
+        )
+    return []
 
 
 def _local(root: Path, folder: str) -> Path:
@@ -566,7 +610,12 @@ def _read_prompts(path: Path, *columns):
 
 def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str]:
     p = settings.prompts
-    prompts = _read_prompts(root / p.file, p.prompt_column, p.answer_column, p.id_column, p.reference_column)
+    found = _check_source(p, "prompts", root, notes)
+    if found is not None:
+        return found
+    prompts = _read_prompts(
+        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column
+    )
     if isinstance(prompts, PromptFileError):
         return [str(prompts)]
     repeated = duplicate_prompts(prompts)
@@ -574,7 +623,7 @@ def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str
         text, times = next(iter(repeated.items()))
         example = text if len(text) <= 60 else text[:57] + "..."
         notes.append(
-            f"prompt file {root / p.file}: {len(repeated)} prompt(s) written more than once "
+            f"prompt file {root / p.source_file()}: {len(repeated)} prompt(s) written more than once "
             f"(such as {example!r}, {times} times); each stays in one split with its copies"
         )
     distinct = len(prompts) - sum(repeated.values()) + len(repeated)
@@ -655,8 +704,11 @@ def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:
         if task.metric == "truthfulqa_mc":
             return [f"{name}: truthfulqa_mc needs a file task with options and labels"]
         return []
-    if not task.file:
-        return [f"{name}: give file (or source: prompts)"]
+    if not task.file and not task.dataset:
+        return [f"{name}: give file or dataset (or source: prompts)"]
+    found = _check_source(task, name, root, None)
+    if found is not None:
+        return found
     try:
         load_task(task, {}, 0, root)
     except TaskError as e:

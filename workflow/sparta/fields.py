@@ -32,15 +32,20 @@ def setting(
     gt: float | None = None,
     lt: float | None = None,
     schema: dict | None = None,
+    added: str | None = None,
     **table: Any,
 ) -> Any:
     """A dataclass field: its default (or ``factory``), its help text, numeric bounds (ge >=,
     le <=, gt >, lt <) and ``schema``: JSON-schema keywords the type and bounds cannot say
     (a pattern, minItems, or a type that replaces the derived one). Keywords ``constant``,
     ``source``, ``shown``, ``authors`` and ``paper`` put the setting in the README's
-    constants table (see :mod:`sparta.schema`)."""
+    constants table (see :mod:`sparta.schema`). ``added`` (what brought it) marks a setting
+    added after runs were made: at its default it is left out of the job params
+    (:func:`sparta.settings.as_data`), so a finished run resumes with nothing recomputed."""
     bounds = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}
     metadata = {"help": help, "bounds": bounds, "schema": dict(schema or {}), "table": table}
+    if added is not None:
+        metadata["added"] = added
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -11,6 +11,12 @@ resolved commit, kind, files, size). Member files keep the id; model jobs resolv
 (``local_files_only``; the workflow sets ``HF_HUB_OFFLINE=1`` for its jobs): a job never
 touches the network. A repo with ``adapter_config.json`` is an adapter, one with
 ``config.json`` a full model.
+
+Datasets (``prompts.dataset``, ``evaluation.tasks[].dataset``: ``<org>/<name>[@<revision>]``,
+held as ``hf://datasets/<org>/<name>[@<revision>]``) are downloaded by the same rule into the
+same cache (kind ``dataset``); rule ``hub_dataset`` then loads one (config, split) of the
+snapshot with ``datasets.load_dataset`` and writes it once to Parquet under ``results/_data/``
+(:func:`sparta.layout.hub_dataset`), the file every job reads.
 """
 
 from __future__ import annotations
@@ -24,7 +30,10 @@ from pathlib import Path
 from .layout import hub_manifest
 
 PREFIX = "hf://"
-_REF = re.compile(r"hf://([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@([A-Za-z0-9_./-]+))?")
+DATASETS = "hf://datasets/"
+_NAME = r"([A-Za-z0-9][A-Za-z0-9_.-]*)/([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@([A-Za-z0-9_./-]+))?"
+_REF = re.compile(r"hf://(datasets/)?" + _NAME)
+_DATASET = re.compile(r"(?:hf://datasets/)?" + _NAME)
 _TRUE = {"1", "true", "yes", "on"}
 
 USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
@@ -43,11 +52,13 @@ class HubError(RuntimeError):
 
 @dataclass(frozen=True)
 class HubRef:
-    """A parsed hub id: ``repo`` (org/name) at ``revision`` (None: the default branch)."""
+    """A parsed hub id: ``repo`` (org/name) at ``revision`` (None: the default branch), of
+    ``repo_type`` model (models and adapters) or dataset."""
 
     id: str
     repo: str
     revision: str | None
+    repo_type: str = "model"
 
     @property
     def requested(self) -> str:
@@ -56,7 +67,8 @@ class HubRef:
     def fetch_command(self) -> str:
         """The one command that puts this id into the Hugging Face cache."""
         rev = f" --revision {self.revision}" if self.revision else ""
-        return f"hf download {self.repo}{rev}"
+        kind = " --repo-type dataset" if self.repo_type == "dataset" else ""
+        return f"hf download {self.repo}{kind}{rev}"
 
 
 def jobs_offline() -> None:
@@ -75,7 +87,27 @@ def parse(value: str) -> HubRef:
     m = _REF.fullmatch(value)
     if m is None:
         raise HubError(f"{value!r} is not a hub id: write hf://<org>/<name>[@<revision>]")
-    return HubRef(value, f"{m.group(1)}/{m.group(2)}", m.group(3))
+    repo_type = "dataset" if m.group(1) else "model"
+    return HubRef(value, f"{m.group(2)}/{m.group(3)}", m.group(4), repo_type)
+
+
+def dataset_id(value: str) -> str:
+    """A dataset as written in a config (``<org>/<name>[@<revision>]``, or already
+    ``hf://datasets/...``) as its hub id ``hf://datasets/<org>/<name>[@<revision>]``."""
+    m = _DATASET.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise HubError(f"{value!r} is not a hub dataset: write <org>/<name>[@<revision>]")
+    rev = f"@{m.group(3)}" if m.group(3) else ""
+    return f"{DATASETS}{m.group(1)}/{m.group(2)}{rev}"
+
+
+def dataset_key(dataset: str, config: str | None, split: str) -> str:
+    """The file stem of one (dataset, config, split) under ``results/_data/``: readable,
+    one per distinct source (``org--name[@rev]--config--split``)."""
+    ref = parse(dataset_id(dataset))
+    rev = f"@{ref.revision}" if ref.revision else ""
+    parts = [ref.repo.replace("/", "--") + rev, config or "default", split]
+    return "--".join(re.sub(r"[^A-Za-z0-9_.@-]", "_", p) for p in parts)
 
 
 def cache_dir() -> Path:
@@ -97,15 +129,22 @@ def cached(ref: HubRef | str, revision: str | None = None) -> Path | None:
     ref = parse(ref) if isinstance(ref, str) else ref
     try:
         folder = snapshot_download(
-            ref.repo, revision=revision or ref.revision, cache_dir=cache_dir(), local_files_only=True
+            ref.repo,
+            repo_type=ref.repo_type,
+            revision=revision or ref.revision,
+            cache_dir=cache_dir(),
+            local_files_only=True,
         )
     except (LocalEntryNotFoundError, FileNotFoundError, ValueError, OSError):
         return None
     return Path(folder) if Path(folder).is_dir() else None
 
 
-def kind(folder: Path) -> str | None:
-    """``adapter`` (adapter_config.json), ``model`` (config.json) or None."""
+def kind(folder: Path, repo_type: str = "model") -> str | None:
+    """``dataset`` (a dataset repo), ``adapter`` (adapter_config.json), ``model``
+    (config.json) or None."""
+    if repo_type == "dataset":
+        return "dataset"
     if (folder / "adapter_config.json").is_file():
         return "adapter"
     if (folder / "config.json").is_file():
@@ -151,7 +190,11 @@ def download(ids: list[str]) -> list[dict]:
         folder = cached(ref) if USER_OFFLINE else None
         if folder is None:
             try:
-                folder = Path(snapshot_download(ref.repo, revision=ref.revision, cache_dir=cache_dir()))
+                folder = Path(
+                    snapshot_download(
+                        ref.repo, repo_type=ref.repo_type, revision=ref.revision, cache_dir=cache_dir()
+                    )
+                )
             except Exception as e:  # no network, no such repo, ...
                 raise HubError(f"{missing_message(ref, 'download')} ({type(e).__name__}: {e})") from None
         rows.append(manifest_row(ref, folder))
@@ -165,7 +208,7 @@ def manifest_row(ref: HubRef, folder: Path) -> dict:
         "repo": ref.repo,
         "requested_revision": ref.requested,
         "commit": folder.name,
-        "kind": kind(folder),
+        "kind": kind(folder, ref.repo_type),
         "files": len(files),
         "size": sum(p.stat().st_size for p in files),
     }
@@ -223,3 +266,46 @@ def repo_name(value: str) -> str | None:
     if is_ref(value):
         return parse(value).repo
     return None
+
+
+# --- datasets (rule hub_dataset) -------------------------------------------------------------
+
+
+def load_split(dataset: str, config: str | None, split: str, manifest: str | os.PathLike | None = None):
+    """One (config, split) of a hub dataset as a DataFrame, from its snapshot in the cache at
+    the commit the manifest recorded (``datasets.load_dataset`` on the snapshot folder: data
+    files in Parquet, JSON or CSV, configs from the dataset card). Never touches the network."""
+    ref = parse(dataset_id(dataset))
+    row = read_manifest(manifest).get(ref.id)
+    folder = cached(ref, row["commit"] if row else None)
+    if folder is None:
+        raise HubError(missing_message(ref, "rule hub_dataset"))
+    import datasets
+
+    where = f"dataset {dataset}" + (f" (config {config})" if config else "")
+    try:
+        loaded = datasets.load_dataset(str(folder), name=config, split=split)
+    except ValueError as e:  # an unknown config or split: datasets names those it has
+        raise HubError(f"{where}, split {split!r}: {e}") from None
+    except FileNotFoundError as e:
+        raise HubError(f"{where}: no data files datasets can read in {folder} ({e})") from None
+    return loaded.to_pandas()
+
+
+def write_dataset(frame, path: str | os.PathLike) -> None:
+    """A loaded split as Parquet, atomically (a killed job leaves no file that looks done)."""
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        from .files import umask
+
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -16,7 +16,8 @@ A run (one experiment, or a study's shared initial pool) is a folder ``results/<
     logs/..., benchmarks/...
 
 Shared by every run: ``results/_bases/<base>/`` (converted GGUF bases) and
-``results/_hub/manifest.parquet`` (the hf:// hub ids downloaded into the Hugging Face cache).
+``results/_hub/manifest.parquet`` (the hf:// hub ids downloaded into the Hugging Face cache) and
+``results/_data/<dataset>--<config>--<split>.parquet`` (hub datasets, one file per split read).
 
 Every function takes the run id and numbers, and returns the path as a string relative to the
 workflow's working directory; given wildcards (``"{exp}"``, ``"{t}"``) it returns the rule's
@@ -152,6 +153,16 @@ def hub_manifest() -> str:
 
 def hub_log() -> str:
     return f"{RESULTS}/_hub/logs/hub_download.log"
+
+
+def hub_dataset(key) -> str:
+    """One (config, split) of a hub dataset as Parquet (rule hub_dataset; ``key`` from
+    :func:`sparta.hub.dataset_key`), shared by every run that reads it."""
+    return f"{RESULTS}/_data/{key}.parquet"
+
+
+def hub_dataset_log(key) -> str:
+    return f"{RESULTS}/_data/logs/{key}.log"
 
 
 def base_log(base, benchmark: bool = False) -> str:

@@ -483,6 +483,9 @@ class Untracked:
 # --- data, evaluation, analysis --------------------------------------------------------------
 
 NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+ADDED_HUB_DATASETS = "datasets by hub id (issue 23)"
+"""What added the ``dataset``, ``config`` and ``split`` keys (``setting(added=...)``)."""
 """What an experiment's name may be (it names folders)."""
 
 
@@ -490,8 +493,27 @@ NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 class PromptSettings:
     """The instruction set X, split with the seed into alignment, validation and test."""
 
-    file: str = setting(help="jsonl, json, csv or parquet file.")
     prompt_column: str = setting(help="Column holding the instruction.")
+    file: str | None = setting(
+        None,
+        help="jsonl, json, csv or parquet file (or dataset: a hub dataset; then file: null over "
+        "config.yaml's file).",
+    )
+    dataset: str | None = setting(
+        None,
+        help="A Hugging Face hub dataset <org>/<name>[@<revision>] instead of file (downloaded by rule "
+        "hub_download, written to results/_data/ by rule hub_dataset).",
+        schema={"type": "string"},
+        added=ADDED_HUB_DATASETS,
+    )
+    config: str | None = setting(
+        None, help="The hub dataset's config (subset).", schema={"type": "string"}, added=ADDED_HUB_DATASETS
+    )
+    split: str = setting(
+        "train",
+        help="The hub dataset's split that is the prompt set (the paper's X: train).",
+        added=ADDED_HUB_DATASETS,
+    )
     answer_column: str | None = setting(
         None, help="Optional reference answer (for evaluation only; Sparta never sees it)."
     )
@@ -520,7 +542,8 @@ class PromptSettings:
     )
 
     def split_keys(self) -> dict[str, Any]:
-        """What the split depends on (not per_iteration)."""
+        """What the split depends on (not per_iteration; the dataset keys only when a hub
+        dataset is the source, so a run made before they existed keeps its parameters)."""
         keys = (
             "file",
             "prompt_column",
@@ -530,7 +553,15 @@ class PromptSettings:
             "validation",
             "test",
         )
-        return {k: getattr(self, k) for k in keys}
+        found = {k: getattr(self, k) for k in keys}
+        if self.dataset is not None:
+            found.update(dataset=self.dataset, config=self.config, split=self.split)
+        return found
+
+    def source_file(self) -> str | None:
+        """The file the prompts are read from: ``file``, or the Parquet of the hub dataset's
+        split that rule hub_dataset writes."""
+        return source_file(self.file, self.dataset, self.config, self.split)
 
 
 @dataclass(frozen=True)
@@ -541,8 +572,19 @@ class TaskSpec:
     source: Literal["prompts", "file"] = setting(
         "file", help="prompts: the experiment's own validation/test split; file: a local file split in half."
     )
-    file: str | None = setting(
-        None, help="jsonl, json, csv or parquet (source file).", schema={"type": "string"}
+    file: str | None = setting(None, help="jsonl, json, csv or parquet (source file).")
+    dataset: str | None = setting(
+        None,
+        help="source file from a Hugging Face hub dataset <org>/<name>[@<revision>] instead of file: "
+        "its split (below) is halved into validation and test, as the paper halves each test set.",
+        schema={"type": "string"},
+        added=ADDED_HUB_DATASETS,
+    )
+    config: str | None = setting(
+        None, help="The hub dataset's config (subset).", schema={"type": "string"}, added=ADDED_HUB_DATASETS
+    )
+    split: str = setting(
+        "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
     )
     prompt_column: str = setting("prompt", help="Column holding the question.")
     answer_column: str | None = setting(
@@ -561,6 +603,24 @@ class TaskSpec:
     )
     max_new_tokens: int = setting(256, ge=1, help="Longest answer in evaluation.")
     max_examples: int | None = setting(None, ge=1, help="At most this many examples per split.")
+
+    def source_file(self) -> str | None:
+        """The file a source-file task is read from: ``file``, or the Parquet of the hub
+        dataset's split that rule hub_dataset writes."""
+        return source_file(self.file, self.dataset, self.config, self.split)
+
+
+def source_file(file: str | None, dataset: str | None, config: str | None, split: str) -> str | None:
+    """``file``, or for a hub dataset the Parquet of its (config, split) under results/_data/
+    (a dataset written wrongly: None, the config check names it)."""
+    if dataset is None:
+        return file
+    from . import hub, layout
+
+    try:
+        return layout.hub_dataset(hub.dataset_key(dataset, config, split))
+    except hub.HubError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -820,15 +880,21 @@ SECTIONS: dict[str, type] = {
 """Sections a rule can receive as params (by these names) and a job rebuilds typed."""
 
 
-def as_data(value: Any) -> Any:
+def as_data(value: Any, params: bool = False) -> Any:
     """Plain builtins (dicts, lists, scalars) of a settings object: what rule params hold,
-    so Snakemake sees every value when it decides whether a job must rerun."""
+    so Snakemake sees every value when it decides whether a job must rerun. As ``params``, a
+    setting added after runs were made (``setting(added=...)``) is left out at its default:
+    the params of a finished run's jobs stay what they were, and the job rebuilds it."""
     if dataclasses.is_dataclass(value):
-        return {f.name: as_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: as_data(getattr(value, f.name), params)
+            for f in dataclasses.fields(value)
+            if not (params and f.metadata.get("added") and getattr(value, f.name) == f.default)
+        }
     if isinstance(value, dict):
-        return {k: as_data(v) for k, v in value.items()}
+        return {k: as_data(v, params) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [as_data(v) for v in value]
+        return [as_data(v, params) for v in value]
     return value
 
 
@@ -898,7 +964,7 @@ def section_data(settings: Settings, *names: str) -> dict[str, Any]:
         if name not in SECTIONS:
             raise KeyError(f"unknown settings section {name!r}; known: {sorted(SECTIONS)}")
         value = {"runtime": settings.runtime, "backend": settings.model_backend}.get(name)
-        out[name] = as_data(value if value is not None else getattr(settings, name))
+        out[name] = as_data(value if value is not None else getattr(settings, name), params=True)
     return out
 
 

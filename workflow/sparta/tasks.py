@@ -69,10 +69,11 @@ def load_task(
     else:
         from .data import PromptFileError, read_prompt_file, read_table_file
 
-        path = Path(root) / spec.file
+        path = Path(root) / spec.source_file()
         where = f"evaluation task {spec.name}"
+        key = "evaluation.tasks[].dataset" if spec.dataset else "evaluation.tasks[].file"
         try:
-            raw = read_table_file(path, f"{where}: file", "evaluation.tasks[].file")
+            raw = read_table_file(path, f"{where}: file", key)
             base = read_prompt_file(path, spec.prompt_column, spec.answer_column, spec.id_column)
         except PromptFileError as e:
             raise TaskError(f"{where}: {e}") from e
