@@ -156,7 +156,7 @@ def from_hub(member):
 
 def checkpoint_json(exp, member, c):
     """member.json of checkpoint c of a member (0 = the initial pool, in the shared run)."""
-    return layout.member_json(init_of(exp) if c == 0 else exp, c, member)
+    return layout.member_json(STUDY.pool_of(exp) if c == 0 else exp, c, member)
 
 
 def member_json(wildcards, member=None, t=None):
@@ -328,7 +328,7 @@ ANALYSIS_TABLES = (
 
 def checkpoint_file(exp, member, c, name):
     """A file of checkpoint c of a member (layout.TRAINED_FILES; 0 = in the shared run)."""
-    return layout.member_file(init_of(exp) if c == 0 else exp, c, member, name)
+    return layout.member_file(STUDY.pool_of(exp) if c == 0 else exp, c, member, name)
 
 
 def member_files(exp, c, member):

@@ -4,6 +4,7 @@ built by hand in the hub cache layout, HF_HUB_OFFLINE=1, never the network."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -310,3 +311,65 @@ def test_the_dataset_keys_leave_a_finished_run_s_job_params_as_they_were():
     assert {"dataset", "config", "split"} <= set(as_data(TaskSpec(name="x", file="a.jsonl")))
     with_dataset = as_data(TaskSpec(name="x", dataset=DATASET, config="main"), params=True)
     assert (with_dataset["dataset"], with_dataset["config"]) == (DATASET, "main")
+
+
+@pytest.mark.slow
+def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, tmp_path):
+    """study.tasks, as the paper aligns once per task: every experiment runs once per task
+    (X = the task's prompts: a hub dataset's train split for one, a local file for the
+    other); the initial pool (its SFT) is built once per seed and shared by both tasks, the
+    prompt splits and the pool's evaluation once per task; comparison rows per task."""
+    cfg = tiny_config(
+        tmp_path,
+        "tasks-study",
+        iterations=1,
+        base_models={"tiny": {"path": f"hf://{MODEL}"}},
+        prompts={"per_iteration": 4},
+        evaluation={"checkpoints": "final", "select_from": "final"},
+        analysis={"enabled": False},
+    )
+    tinymath = {
+        "prompts": {
+            "file": None,
+            "dataset": DATASET,
+            "config": "main",
+            "prompt_column": "question",
+            "answer_column": "answer",
+            "id_column": None,
+            "validation": 0,
+            "test": 0,
+        },
+        "evaluation": {
+            "tasks": [
+                {
+                    "name": "tinymath",
+                    "dataset": DATASET,
+                    "config": "main",
+                    "prompt_column": "question",
+                    "answer_column": "answer",
+                    "max_new_tokens": 8,
+                    "max_examples": 4,
+                }
+            ]
+        },
+    }
+    cfg["study"] = {"seeds": [1], "experiments": {"sparta": {}}, "tasks": {"tinymath": tinymath, "arith": {}}}
+    work, config = tmp_path / "work", write_config(tmp_path, cfg)
+    plan = run_snakemake(work, config, "-n", "--quiet", "rules")
+    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", plan.stdout, re.M)}
+    assert jobs["sft_member"] == 2 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
+    assert jobs["hub_dataset"] == 2 and jobs["compare"] == 1  # the dataset's train and test splits
+    run_snakemake(work, config, timeout=2400)
+    out = work / "results" / "tasks-study"
+    pool, other = out / "tinymath" / "_init-seed1", out / "arith" / "_init-seed1"
+    assert (pool / "iter_0/members/ann/adapter/adapter_model.safetensors").is_file()
+    assert not (other / "iter_0").exists()  # the arith task uses the tinymath run's pool
+    assert len(pd.read_parquet(pool / "data/alignment.parquet")) == 40  # the whole train split
+    arith = pd.read_parquet(other / "data/alignment.parquet")
+    assert arith["prompt_id"].str.startswith("arith-").all()  # data/arithmetic.jsonl
+    for task in ("tinymath", "arith"):
+        assert (out / task / "sparta-seed1/final_state.parquet").is_file()
+        assert len(list((out / task / "_init-seed1/evaluation/checkpoint_0").glob("*.parquet"))) == 3
+    comparison = pd.read_parquet(out / "comparison.parquet")
+    assert set(comparison["task"]) == {"tinymath", "arith"}
+    assert sorted(comparison.groupby("task")["experiment"].apply(sorted).tolist()) == [["best init", "sparta"]] * 2

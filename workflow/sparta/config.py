@@ -200,15 +200,14 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
         problems[problem] = []
     _raise_grouped(problems, [])
     if "study" in config:
-        configs = run_configs(config)
-        runs = [f"{name}-seed{seed}" for name, seed in configs]
-        for (name, seed), merged in configs.items():
+        specs = run_configs(config)
+        for spec in specs:
             try:
-                validate(copy.deepcopy(merged))
+                validate(copy.deepcopy(spec.config))
             except ConfigError as e:
                 for line in _lines(e):
-                    problems.setdefault(line, []).append(f"{name}-seed{seed}")
-        _raise_grouped(problems, runs)
+                    problems.setdefault(line, []).append(spec.label)
+        _raise_grouped(problems, [spec.label for spec in specs])
     try:
         study = expand(config)
     except SettingsError as e:

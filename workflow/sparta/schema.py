@@ -76,6 +76,17 @@ STUDY = {
                 "{reputation: {updates: false}})."
             ),
         },
+        "tasks": {
+            "type": "object",
+            "propertyNames": {"pattern": NAME},
+            "additionalProperties": {"type": ["object", "null"]},
+            "description": (
+                "Tasks as a study axis, as the paper aligns once per task: name: overlay (its prompts, "
+                "the alignment prompts X, and its evaluation.tasks). Every experiment runs once per "
+                "task and seed under results/<experiment>/<task>/<name>-seed<s>/; the initial pool is "
+                "shared by every task of a seed, the prompt splits and the pool's evaluation per task."
+            ),
+        },
     },
 }
 """The study section: read by sparta.study, not a setting of one run (an overlay is free-form)."""

@@ -86,6 +86,11 @@ def study_problems(config: dict) -> list[str]:
             "study.experiments: list at least one experiment as name: overlay (e.g. sparta: {}); "
             "without experiments, remove study: for a single run"
         )
+    if "tasks" in section and not section["tasks"]:
+        problems.append(
+            "study.tasks: list at least one task as name: overlay (its prompts and evaluation.tasks), "
+            "or remove study.tasks: every experiment then runs on the config's prompts"
+        )
     seeds = section.get("seeds") or []
     repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
     if repeated:
@@ -93,36 +98,63 @@ def study_problems(config: dict) -> list[str]:
             f"study.seeds: {', '.join(map(str, repeated))} listed more than once; each seed is one run "
             "of every experiment: list each once"
         )
-    for name, overlay in (overlays or {}).items() if isinstance(overlays, dict) else ():
-        if not isinstance(overlay, dict):
-            continue
-        for key in overlay:
-            if key in ("experiment", "study"):
-                problems.append(f"study.experiments.{name}.{key}: an overlay cannot set experiment or study")
-            elif key == "seed":
-                problems.append(
-                    f"study.experiments.{name}.seed: an overlay cannot set seed; every experiment runs "
-                    "with each of study.seeds: list the seeds there"
-                )
-            elif key in STUDY_WIDE:
-                problems.append(
-                    f"study.experiments.{name}.{key}: {key} is one setting of the whole study; set it in "
-                    "the study's config, not in an overlay"
-                )
+    for axis in ("experiments", "tasks"):
+        found = section.get(axis)
+        for name, overlay in found.items() if isinstance(found, dict) else ():
+            if not isinstance(overlay, dict):
+                continue
+            for key in overlay:
+                if key in ("experiment", "study"):
+                    problems.append(f"study.{axis}.{name}.{key}: an overlay cannot set experiment or study")
+                elif key == "seed":
+                    problems.append(
+                        f"study.{axis}.{name}.seed: an overlay cannot set seed; every experiment runs "
+                        "with each of study.seeds: list the seeds there"
+                    )
+                elif key in STUDY_WIDE:
+                    problems.append(
+                        f"study.{axis}.{name}.{key}: {key} is one setting of the whole study; set it in "
+                        "the study's config, not in an overlay"
+                    )
+    tasks = section.get("tasks") if isinstance(section.get("tasks"), dict) else {}
+    clash = sorted(set(tasks) & set(overlays or {})) if isinstance(overlays, dict) else []
+    if clash:
+        problems.append(
+            f"study.tasks: {', '.join(clash)} is also an experiment's name; give tasks and experiments "
+            "different names (a run is named task/experiment-seed)"
+        )
     return problems
 
 
-def run_configs(config: dict) -> dict[tuple[str, int], dict]:
-    """(experiment name, seed) -> the config of that run: the base (without ``study``) with
-    the overlay merged in, and the seed (the schema checks each)."""
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a study: its experiment (overlay name), task (None without study.tasks),
+    seed, and config (the base, the task's overlay, then the experiment's, and the seed)."""
+
+    experiment: str
+    task: str | None
+    seed: int
+    config: dict
+
+    @property
+    def label(self) -> str:
+        """The run's name inside the study: ``[<task>/]<experiment>-seed<s>``."""
+        return f"{self.task}/" * (self.task is not None) + f"{self.experiment}-seed{self.seed}"
+
+
+def run_configs(config: dict) -> list[RunSpec]:
+    """Every run of a study config, each with its merged config (the schema checks each):
+    experiments x seeds, and x tasks with study.tasks."""
     section = dict(config.get("study") or {})
     config = {k: v for k, v in config.items() if k != "study"}
     seeds = section.get("seeds") or [config.get("seed", 42)]
-    return {
-        (name, seed): merge(config, {**(overlay or {}), "seed": seed})
+    tasks = section.get("tasks") or {None: {}}
+    return [
+        RunSpec(name, task, seed, merge(merge(config, task_overlay or {}), {**(overlay or {}), "seed": seed}))
+        for task, task_overlay in tasks.items()
         for name, overlay in (section.get("experiments") or {}).items()
         for seed in seeds
-    }
+    ]
 
 
 @dataclass(frozen=True)
@@ -141,6 +173,16 @@ class Study:
     """Each experiment's name in the study (its overlay key), without the seed."""
     notes: tuple[str, ...] = ()
     """What the checks found that a run can go on with, told once at its start."""
+    tasks: dict[str, str | None] = field(default_factory=dict)
+    """Each experiment's task (study.tasks; None without)."""
+    pools: dict[str, str] = field(default_factory=dict)
+    """Initial-pool run -> the run holding its initial members, where another run's (the tasks
+    of a seed share one pool); absent: itself."""
+
+    def pool_of(self, run: str) -> str:
+        """The run whose folder holds the initial members (checkpoint 0) ``run`` uses."""
+        init = self.init_of.get(run, run)
+        return self.pools.get(init, init)
 
     @property
     def runs(self) -> dict[str, Settings]:
@@ -279,45 +321,63 @@ def expand(config: dict) -> Study:
             {s.experiment: s.experiment},
         )
     name = config["experiment"]
-    seeds = section.get("seeds") or [config.get("seed", 42)]
     overlays = section.get("experiments") or {}
     experiments: dict[str, Settings] = {}
     configs: dict[str, dict] = {}
     labels: dict[str, str] = {}
-    for exp_name, overlay in overlays.items():
-        for seed in seeds:
-            merged = merge(
-                config, {**(overlay or {}), "seed": seed, "experiment": f"{name}/{exp_name}-seed{seed}"}
-            )
-            configs[merged["experiment"]] = {**merged, "experiment": name}  # as the schema checks it
-            labels[merged["experiment"]] = exp_name
-            try:
-                experiments[merged["experiment"]] = Settings.from_config(merged)
-            except SettingsError as e:
-                raise SettingsError(f"study.experiments.{exp_name} (seed {seed}): {e}") from e
-    # one shared initial pool per seed and init-relevant settings; members joined by name
+    task_of: dict[str, str | None] = {}
+    for run in run_configs({**config, "study": section}):
+        exp_id = f"{name}/{run.label}"
+        configs[exp_id] = {**run.config, "experiment": name}  # as the schema checks it
+        labels[exp_id], task_of[exp_id] = run.experiment, run.task
+        try:
+            experiments[exp_id] = Settings.from_config({**run.config, "experiment": exp_id})
+        except SettingsError as e:
+            where = f"study.experiments.{run.experiment}" + (f", task {run.task}" if run.task else "")
+            raise SettingsError(f"{where} (seed {run.seed}): {e}") from e
+    # one shared initial pool per seed (and task) and init-relevant settings; members joined by name
     sets_members = {exp_id: "members" in (overlays[labels[exp_id]] or {}) for exp_id in experiments}
-    groups: dict[tuple[int, str], list[str]] = {}
+    groups: dict[tuple, list[str]] = {}
     for exp_id, s in experiments.items():
-        groups.setdefault((s.seed, _init_key(s)), []).append(exp_id)
+        groups.setdefault((s.seed, task_of[exp_id], _init_key(s)), []).append(exp_id)
     init_of, inits = {}, {}
-    for seed in dict.fromkeys(s.seed for s in experiments.values()):
-        keys = [k for k in groups if k[0] == seed]
+    for seed, task in dict.fromkeys((s.seed, task_of[e]) for e, s in experiments.items()):
+        keys = [k for k in groups if k[:2] == (seed, task)]
         # the seed's pool: the group of the experiments that keep the base config's members
         main = [k for k in keys if not all(sets_members[e] for e in groups[k])]
         if len(main) > 1:
             a, b = groups[main[0]][0], groups[main[1]][0]
             differ = ", ".join(_differences(experiments[a], experiments[b]))
+            on = f" on task {task}" if task else ""
             raise SettingsError(
-                f"study: experiments {labels[a]} and {labels[b]} (seed {seed}) would need two different "
+                f"study: experiments {labels[a]} and {labels[b]} (seed {seed}{on}) would need two different "
                 f"initial pools ({differ} differ); a study shares one initial pool per seed: give them "
                 "the same values, or run them as studies of their own (only a pool-size experiment, "
                 "one that sets members, may have a pool of its own)"
             )
         for k, key in enumerate(main + [k for k in keys if k not in main], start=1):
             ids = groups[key]
-            init_id = f"{name}/_init-seed{seed}" + (f"-{k}" if k > 1 else "")
+            folder = f"{name}/{task}" if task else name
+            init_id = f"{folder}/_init-seed{seed}" + (f"-{k}" if k > 1 else "")
             inits[init_id] = _shared_init(init_id, ids, experiments, labels)
             for exp_id in ids:
                 init_of[exp_id] = init_id
-    return Study(name, experiments, init_of, inits, True, configs, labels)
+    return Study(name, experiments, init_of, inits, True, configs, labels, tasks=task_of, pools=_pools(inits))
+
+
+def _pools(inits: dict[str, Settings]) -> dict[str, str]:
+    """Initial-pool run -> the run whose initial members it uses: the first one of the same
+    seed, pool settings and members (the tasks of a study share one pool per seed: its SFT runs
+    once; the prompt splits and the pool's evaluation stay per task). Only entries that differ."""
+    first: dict[tuple, str] = {}
+    pools = {}
+    for init_id, s in inits.items():
+        data = as_data(s)
+        key = json.dumps(
+            {"init": {k: data[k] for k in INIT_KEYS}, "members": data["members"], "bases": data["base_models"]},
+            sort_keys=True,
+        )
+        owner = first.setdefault(key, init_id)
+        if owner != init_id:
+            pools[init_id] = owner
+    return pools
