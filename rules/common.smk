@@ -242,6 +242,24 @@ def prompt_file(wildcards):
     return run_of(wildcards).prompts.source_file()
 
 
+def prompt_base_markers(wildcards):
+    """The config.json of every base a run's members use, built before its prompts are split
+    (their tokenizers count the prompts; a hub id: the download)."""
+    folders = sparta_config.prompt_bases(run_of(wildcards))
+    return [f"{f}/config.json" for f in folders if not hub.is_ref(f)] + (HUB_INPUT if any(map(hub.is_ref, folders)) else [])
+
+
+def prompt_lengths(wildcards):
+    """Param of split_prompts: what bounds a prompt's length (sparta/lengths.py)."""
+    s = run_of(wildcards)
+    return {
+        "bases": sparta_config.prompt_bases(s),
+        "max_new_tokens": s.generation.max_new_tokens,
+        "system_prompt": s.system_prompt,
+        "too_long": s.prompts.too_long,
+    }
+
+
 def evaluation_task_files(wildcards):
     return [t.source_file() for t in run_of(wildcards).evaluation.tasks if t.source == "file"]
 

@@ -22,9 +22,11 @@ rule convert_gguf:
 
 
 rule split_prompts:
-    """Split the prompt file with the seed into alignment, validation and test."""
+    """Split the prompt file with the seed into alignment, validation and test, without the
+    prompts too long for the bases' context (prompts.too_long: skip; stop fails naming them)."""
     input:
         prompts=prompt_file,
+        bases=prompt_base_markers,
     output:
         alignment=layout.data("{exp}", "alignment"),
         validation=layout.data("{exp}", "validation"),
@@ -32,10 +34,11 @@ rule split_prompts:
     params:
         prompts=lambda wc: run_of(wc).prompts.split_keys(),
         seed=lambda wc: run_of(wc).seed,
+        lengths=prompt_lengths,
     log:
         layout.log("{exp}", "split_prompts"),
     localrule: True
     conda:
-        "../envs/core.yaml"
+        "../envs/train.yaml"  # the bases' tokenizers count the prompts
     script:
         "../workflow/scripts/split_prompts.py"

@@ -372,4 +372,5 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
         assert len(list((out / task / "_init-seed1/evaluation/checkpoint_0").glob("*.parquet"))) == 3
     comparison = pd.read_parquet(out / "comparison.parquet")
     assert set(comparison["task"]) == {"tinymath", "arith"}
-    assert sorted(comparison.groupby("task")["experiment"].apply(sorted).tolist()) == [["best init", "sparta"]] * 2
+    rows = comparison.groupby("task")["experiment"].apply(sorted).tolist()
+    assert rows == [["best init", "sparta"]] * 2

@@ -188,3 +188,39 @@ def test_an_sft_file_shorter_than_sft_examples_is_reported(tiny_base, tmp_path):
     sparta_config.load(cfg, REPO)
     # the embedded files hold the 256 examples the settings' default asks for
     assert len(read_table_file(REPO / "data" / "sft" / "addition.jsonl")) == 256
+
+
+def long_prompts(tmp_path) -> str:
+    """30 short arithmetic prompts and one of ~2,000 characters: longer than the tiny base's
+    1,024-token context (its tokenizer reads about a character a token)."""
+    rows = [{"prompt_id": f"p{i}", "prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(30)]
+    rows.append({"prompt_id": "long-one", "prompt": "Add these up: " + "1 + " * 500 + "1?", "answer": "501"})
+    return jsonl(tmp_path / "p.jsonl", *rows)
+
+
+def test_a_prompt_longer_than_the_context_is_skipped_or_stops_before_any_job(tiny_base, tmp_path):
+    cfg = tiny_config(tiny_base, prompts={"file": long_prompts(tmp_path), "per_iteration": 4})
+    study = sparta_config.load_study(sparta_config.validate(copy.deepcopy(cfg)), REPO)
+    (note,) = study.notes
+    assert "1 of 31 prompts are longer than the 1016 tokens" in note and "long-one" in note
+    assert "generation.max_new_tokens (8)" in note and note.endswith("left out (prompts.too_long: skip)")
+    cfg["prompts"]["too_long"] = "stop"
+    with pytest.raises(sparta_config.ConfigError) as e:
+        sparta_config.load_study(copy.deepcopy(cfg), REPO)
+    assert "long-one" in str(e.value) and "set prompts.too_long: skip" in str(e.value)
+    plain = sparta_config.load_study(copy.deepcopy(tiny_config(tiny_base)), REPO)
+    assert plain.notes == ()  # short prompts: no tokenizer loaded, nothing said
+
+
+def test_split_prompts_leaves_out_a_prompt_longer_than_the_context(tiny_base, tmp_path):
+    from .workflow_helpers import run_snakemake, write_config
+
+    cfg = tiny_config(tiny_base, prompts={"file": long_prompts(tmp_path), "per_iteration": 4})
+    work = tmp_path / "work"
+    run_snakemake(work, write_config(tmp_path, cfg), "results/tiny/data/alignment.parquet")
+    ids = set()
+    for split_name in ("alignment", "validation", "test"):
+        ids |= set(pd.read_parquet(work / f"results/tiny/data/{split_name}.parquet")["prompt_id"])
+    assert ids == {f"p{i}" for i in range(30)}
+    log = (work / "results/tiny/logs/split_prompts.log").read_text()
+    assert "1 of 31 prompts are longer than the 1016 tokens" in log

@@ -1,7 +1,10 @@
-"""rule split_prompts: the prompt file split with the seed into alignment, validation, test."""
+"""rule split_prompts: the prompt file split with the seed into alignment, validation, test,
+without the prompts too long for the bases' context (sparta/lengths.py)."""
 
-from sparta import tables
+from sparta import lengths, tables
+from sparta.config import prompt_budget
 from sparta.data import read_prompt_file, split
+from sparta.hub import local
 from sparta.logs import setup
 
 sm = snakemake  # noqa: F821
@@ -10,6 +13,11 @@ p = sm.params.prompts
 prompts = read_prompt_file(
     sm.input.prompts, p["prompt_column"], p["answer_column"], p["id_column"], p["reference_column"]
 )
+bound = sm.params.lengths
+budget = prompt_budget([local(b) for b in bound["bases"]], bound["max_new_tokens"])
+prompts, skipped = lengths.apply(prompts, budget, bound["system_prompt"], bound["too_long"], "prompts")
+if skipped:
+    log.warning("%s", skipped)
 for name, df in split(prompts, p["validation"], p["test"], sm.params.seed).items():
     tables.write(df, sm.output[name], "prompts")
     log.info("%s: %d prompts", name, len(df))

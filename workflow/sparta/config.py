@@ -18,8 +18,9 @@ import math
 import re
 from pathlib import Path
 
-from . import hub
+from . import hub, lengths
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
+from .lengths import Budget
 from .modelfiles import adapter_problems, model_problems
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
@@ -353,6 +354,26 @@ def context_length(folder: Path) -> int | None:
     return None
 
 
+def prompt_bases(settings: Settings) -> list[str]:
+    """The base model folders (or hub ids) of a run's members: their contexts bound a prompt."""
+    return sorted({settings.base_folder(m.base) for m in settings.members})
+
+
+def prompt_budget(bases: list[str], max_new_tokens: int, root: str | Path = ".") -> Budget | None:
+    """The room a prompt has: the smallest context of ``bases`` less the answer's tokens (None
+    when no base states its context on disk yet)."""
+    found = []
+    for folder in bases:
+        local = _local(Path(root), folder)
+        context = context_length(local)
+        if context is not None:
+            found.append((context, str(local)))
+    if not found:
+        return None
+    context, folder = min(found)
+    return Budget(folder, context, max_new_tokens)
+
+
 def hub_ids(settings: Settings) -> list[str]:
     """Every ``hf://`` hub id a run loads: its members' bases and adapters, the evaluation
     judge (evaluation on), sppo's annotator (method sppo)."""
@@ -617,6 +638,15 @@ def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str
     )
     if isinstance(prompts, PromptFileError):
         return [str(prompts)]
+    budget = prompt_budget(prompt_bases(settings), settings.generation.max_new_tokens, root)
+    try:
+        prompts, skipped = lengths.apply(prompts, budget, settings.system_prompt, p.too_long, "prompts")
+    except lengths.PromptTooLong as e:
+        return [str(e)]
+    except (OSError, ValueError):  # no tokenizer to count with yet: rule split_prompts counts
+        skipped = None
+    if skipped:
+        notes.append(skipped)
     repeated = duplicate_prompts(prompts)
     if repeated:
         text, times = next(iter(repeated.items()))

@@ -532,6 +532,13 @@ class PromptSettings:
     per_iteration: int = setting(
         1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
     )
+    too_long: Literal["skip", "stop"] = setting(
+        "skip",
+        help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
+        "a base model's context: skip (left out of the splits, counted) or stop (named, before any "
+        "job where the base is on disk, else by split_prompts).",
+        added="prompt lengths checked (issue 25)",
+    )
     schedule: Schedule = setting(
         "fixed",
         help="fixed: the same prompts every iteration, as Algorithm 1 and the authors' code; "

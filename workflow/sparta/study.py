@@ -373,10 +373,9 @@ def _pools(inits: dict[str, Settings]) -> dict[str, str]:
     pools = {}
     for init_id, s in inits.items():
         data = as_data(s)
-        key = json.dumps(
-            {"init": {k: data[k] for k in INIT_KEYS}, "members": data["members"], "bases": data["base_models"]},
-            sort_keys=True,
-        )
+        pool = {k: data[k] for k in INIT_KEYS}
+        pool.update(members=data["members"], bases=data["base_models"])
+        key = json.dumps(pool, sort_keys=True)
         owner = first.setdefault(key, init_id)
         if owner != init_id:
             pools[init_id] = owner
