@@ -124,3 +124,59 @@ def test_options_and_labels_are_parsed_when_the_task_loads(files):
     spec.update(file=str(bad), labels_column=None, metric="multiple_choice", answer_column="question")
     with pytest.raises(TaskError, match="options is not a list"):
         load_task(TaskSpec(**spec), {}, 0)
+
+
+def test_hub_shaped_tasks_load_as_the_paper_s_datasets_hold_them(tmp_path):
+    """MedQA's options as a mapping of letters to texts, TruthfulQA's choices and labels inside
+    one column (``mc1_targets.choices``), and MATH's difficulty bins (``where``)."""
+    medqa = pd.DataFrame(
+        {
+            "question": [f"Case {i}?" for i in range(8)],
+            "options": [{"B": "second", "A": "first", "C": "third", "D": "fourth"}] * 8,
+            "answer_idx": list("ABCDABCD"),
+        }
+    )
+    medqa.to_json(tmp_path / "medqa.jsonl", orient="records", lines=True)
+    spec = {"name": "medqa", "file": str(tmp_path / "medqa.jsonl"), "prompt_column": "question"}
+    task = load_task(
+        TaskSpec(**spec, answer_column="answer_idx", options_column="options", metric="multiple_choice"),
+        {},
+        0,
+    )
+    assert task.options["test"][0] == ["first", "second", "third", "fourth"]  # in letter order
+    tqa = pd.DataFrame(
+        {
+            "question": [f"Q{i}?" for i in range(6)],
+            "mc1_targets": [{"choices": ["right", "wrong"], "labels": [1, 0]}] * 6,
+        }
+    )
+    tqa.to_parquet(tmp_path / "tqa.parquet")  # a struct column, as the hub's Parquet holds it
+    spec = {"name": "tqa", "file": str(tmp_path / "tqa.parquet"), "prompt_column": "question"}
+    task = load_task(
+        TaskSpec(
+            **spec,
+            options_column="mc1_targets.choices",
+            labels_column="mc1_targets.labels",
+            metric="truthfulqa_mc",
+        ),
+        {},
+        0,
+    )
+    assert task.options["test"][0] == ["right", "wrong"] and task.labels["test"][0] == [1, 0]
+    with pytest.raises(TaskError, match="no field 'nope'"):
+        load_task(TaskSpec(**spec, options_column="mc1_targets.nope", metric="truthfulqa_mc"), {}, 0)
+    math = pd.DataFrame(
+        {
+            "problem": [f"P{i}" for i in range(12)],
+            "solution": [f"\\boxed{{{i}}}" for i in range(12)],
+            "level": [f"Level {1 + i % 5}" for i in range(12)],
+        }
+    )
+    math.to_json(tmp_path / "math.jsonl", orient="records", lines=True)
+    spec = {"name": "easy", "file": str(tmp_path / "math.jsonl"), "prompt_column": "problem"}
+    easy = TaskSpec(**spec, answer_column="solution", answer="boxed", where={"level": ["Level 1", "Level 2"]})
+    task = load_task(easy, {}, 0)
+    asked = set(task.rows["validation"]["prompt"]) | set(task.rows["test"]["prompt"])
+    assert asked == {"P0", "P1", "P5", "P6", "P10", "P11"}
+    with pytest.raises(TaskError, match="no row matches where"):
+        load_task(TaskSpec(**spec, answer_column="solution", where={"level": "Level 9"}), {}, 0)

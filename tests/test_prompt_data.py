@@ -224,3 +224,25 @@ def test_split_prompts_leaves_out_a_prompt_longer_than_the_context(tiny_base, tm
     assert ids == {f"p{i}" for i in range(30)}
     log = (work / "results/tiny/logs/split_prompts.log").read_text()
     assert "1 of 31 prompts are longer than the 1016 tokens" in log
+
+
+def test_prompts_where_keeps_the_matching_rows(tiny_base, tmp_path):
+    rows = [{"prompt": f"Problem {i}?", "level": f"Level {1 + i % 5}"} for i in range(60)]
+    path = jsonl(tmp_path / "p.jsonl", *rows)
+    easy = read_prompt_file(path, "prompt", where={"level": ["Level 1", "Level 2"]})
+    assert len(easy) == 24 and set(easy["prompt"]) == {f"Problem {i}?" for i in range(60) if i % 5 < 2}
+    prompts = {
+        "file": path,
+        "answer_column": None,
+        "id_column": None,
+        "per_iteration": 6,
+        "where": {"level": "Level 3"},
+    }
+    cfg = tiny_config(tiny_base, prompts=prompts, evaluation={"enabled": False}, analysis={"answer": None})
+    sparta_config.load(copy.deepcopy(cfg), REPO)
+    cfg["prompts"]["per_iteration"] = 10  # 12 rows of level 3: 8 left for alignment
+    with pytest.raises(sparta_config.ConfigError, match=r"alignment split \(8 of 12 prompts"):
+        sparta_config.load(copy.deepcopy(cfg), REPO)
+    cfg["prompts"]["where"] = {"grade": "A"}
+    with pytest.raises(sparta_config.ConfigError, match="no column 'grade'"):
+        sparta_config.load(copy.deepcopy(cfg), REPO)

@@ -10,9 +10,8 @@ from sparta.logs import setup
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0])
 p = sm.params.prompts
-prompts = read_prompt_file(
-    sm.input.prompts, p["prompt_column"], p["answer_column"], p["id_column"], p["reference_column"]
-)
+columns = [p[k] for k in ("prompt_column", "answer_column", "id_column", "reference_column")]
+prompts = read_prompt_file(sm.input.prompts, *columns, where=p.get("where"))
 bound = sm.params.lengths
 budget = prompt_budget([local(b) for b in bound["bases"]], bound["max_new_tokens"])
 prompts, skipped = lengths.apply(prompts, budget, bound["system_prompt"], bound["too_long"], "prompts")

@@ -619,7 +619,8 @@ def _read_prompts(path: Path, *columns):
         key = None
     if key is None or key not in _PROMPT_FILES:
         try:
-            found = read_prompt_file(path, *columns)
+            *names, where = columns
+            found = read_prompt_file(path, *names, json.loads(where) if where else None)
         except PromptFileError as e:
             found = e
         if key is None:
@@ -633,8 +634,9 @@ def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str
     found = _check_source(p, "prompts", root, notes)
     if found is not None:
         return found
+    where = json.dumps(p.where, sort_keys=True) if p.where else None  # hashable, for the cache
     prompts = _read_prompts(
-        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column
+        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column, where
     )
     if isinstance(prompts, PromptFileError):
         return [str(prompts)]

@@ -136,16 +136,37 @@ def _check_text(df: pd.DataFrame, records, column: str, path: Path, suffix: str,
         )
 
 
+def rows_where(df: pd.DataFrame, where: dict, key: str) -> pd.Series:
+    """Which rows of ``df`` match every ``column: value`` (or ``column: [values]``) of
+    ``where`` (MATH's difficulty bins: ``{level: [Level 1, Level 2]}``)."""
+    keep = pd.Series(True, index=df.index)
+    for column, wanted in where.items():
+        if column not in df.columns:
+            raise PromptFileError(f"{key}: no column {column!r}; columns are {list(df.columns)}")
+        values = wanted if isinstance(wanted, list) else [wanted]
+        keep &= df[column].isin(values) | df[column].astype(str).isin([str(v) for v in values])
+    return keep
+
+
 def read_prompt_file(
     path: str | Path,
     prompt_column: str,
     answer_column: str | None = None,
     id_column: str | None = None,
     reference_column: str | None = None,
+    where: dict | None = None,
 ) -> pd.DataFrame:
-    """A user's prompts (jsonl, json, csv or parquet) as a prompts table."""
+    """A user's prompts (jsonl, json, csv or parquet) as a prompts table (only the rows that
+    match ``where``, when given)."""
     path = Path(path)
     df, records = _read_table(path, "prompt file", "prompts.file")
+    if where and len(df):
+        keep = rows_where(df, where, f"prompt file {path}: where")
+        if records is not None and len(records) == len(df):
+            records = [r for r, k in zip(records, keep.tolist()) if k]
+        df = df.loc[keep].reset_index(drop=True)
+        if len(df) == 0:
+            raise PromptFileError(f"prompt file {path}: no row matches where {where}")
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
     for key, col in (

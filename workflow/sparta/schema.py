@@ -165,6 +165,8 @@ def _json_type(kind: type) -> str:
 
 def type_schema(hint: Any, default: Any = MISSING) -> dict:
     """The schema of a type hint (``default``: the value of a dataclass, for its fields')."""
+    if hint is Any:
+        return {}  # any value (the values of a free-form mapping)
     hint, nullable = _optional(hint)
     origin = typing.get_origin(hint)
     if origin is Literal:

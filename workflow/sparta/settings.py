@@ -532,6 +532,12 @@ class PromptSettings:
     per_iteration: int = setting(
         1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
     )
+    where: dict[str, Any] | None = setting(
+        None,
+        help="Only the rows whose columns hold these values: {column: value or [values]} (MATH's "
+        "difficulty bins: {level: [Level 1, Level 2]}).",
+        added=ADDED_HUB_DATASETS,
+    )
     too_long: Literal["skip", "stop"] = setting(
         "skip",
         help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
@@ -563,6 +569,8 @@ class PromptSettings:
         found = {k: getattr(self, k) for k in keys}
         if self.dataset is not None:
             found.update(dataset=self.dataset, config=self.config, split=self.split)
+        if self.where:
+            found.update(where=self.where)
         return found
 
     def source_file(self) -> str | None:
@@ -592,6 +600,11 @@ class TaskSpec:
     )
     split: str = setting(
         "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
+    )
+    where: dict[str, Any] | None = setting(
+        None,
+        help="Only the rows whose columns hold these values: {column: value or [values]}.",
+        added=ADDED_HUB_DATASETS,
     )
     prompt_column: str = setting("prompt", help="Column holding the question.")
     answer_column: str | None = setting(

@@ -38,13 +38,36 @@ class Task:
 
 
 def parse_list(value) -> list:
-    """A list cell: a list or array as it is, or its JSON (or Python literal) text."""
+    """A list cell: a list or array as it is, or its JSON (or Python literal) text; a mapping of
+    option letters to texts (MedQA's ``{"A": ..., "B": ...}``) as its values in letter order."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except json.JSONDecodeError:
-            return ast.literal_eval(value)
+            value = ast.literal_eval(value)
+    if isinstance(value, dict):
+        return [value[k] for k in sorted(value) if value[k] is not None]
     return list(value)
+
+
+def column_values(raw: pd.DataFrame, column: str, where: str) -> list:
+    """The values of ``column`` of a task file; ``a.b`` reads field ``b`` of the mapping in
+    column ``a`` (TruthfulQA's ``mc1_targets.choices``)."""
+    if column in raw.columns:
+        return raw[column].to_list()
+    head, _, rest = column.partition(".")
+    if not rest or head not in raw.columns:
+        raise TaskError(f"{where}: no column {column!r}; columns are {list(raw.columns)}")
+    values = []
+    for cell in raw[head]:
+        for key in rest.split("."):
+            if isinstance(cell, str):
+                cell = json.loads(cell)
+            if not isinstance(cell, dict) or key not in cell:
+                raise TaskError(f"{where}: column {head!r} has no field {rest!r} in every row")
+            cell = cell[key]
+        values.append(cell)
+    return values
 
 
 def _parsed(task: str, column: str, values, convert=lambda x: x) -> list[list]:
@@ -67,22 +90,23 @@ def load_task(
             s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
         }
     else:
-        from .data import PromptFileError, read_prompt_file, read_table_file
+        from .data import PromptFileError, read_prompt_file, read_table_file, rows_where
 
         path = Path(root) / spec.source_file()
         where = f"evaluation task {spec.name}"
         key = "evaluation.tasks[].dataset" if spec.dataset else "evaluation.tasks[].file"
         try:
             raw = read_table_file(path, f"{where}: file", key)
-            base = read_prompt_file(path, spec.prompt_column, spec.answer_column, spec.id_column)
+            if spec.where:
+                raw = raw.loc[rows_where(raw, spec.where, f"{where}: where")].reset_index(drop=True)
+            columns = (spec.prompt_column, spec.answer_column, spec.id_column)
+            base = read_prompt_file(path, *columns, where=spec.where)
         except PromptFileError as e:
             raise TaskError(f"{where}: {e}") from e
         for key in ("options_column", "labels_column", "reference_column"):
             col = getattr(spec, key)
             if col:
-                if col not in raw.columns:
-                    raise TaskError(f"{where}: no column {col!r} ({key}) in {path}")
-                base[key.removesuffix("_column")] = raw[col].to_list()
+                base[key.removesuffix("_column")] = column_values(raw, col, f"{where}: {key} in {path}")
         base = base.rename(columns={"prompt_id": "example_id"})
         shuffled = base.sample(frac=1.0, random_state=seed).reset_index(drop=True)
         half = len(shuffled) // 2
