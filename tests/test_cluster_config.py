@@ -215,7 +215,9 @@ def test_paper_scale_dag_job_counts(paper_workdir):
     """10 members, 8 iterations, 1 round each, 9 checkpoints evaluated; fanout pool as shipped."""
     counts, seconds = _dry_run(paper_workdir)
     common = {
-        "init_member": 10,
+        "hub_download": 1,  # the base, the 10 experts and GSM8K, by hub id
+        "hub_dataset": 2,  # GSM8K's train (X) and test (validation and test) splits
+        "init_hub_member": 10,
         "init_state": 1,
         "split_prompts": 1,
         "matchmake": 8,
@@ -230,13 +232,13 @@ def test_paper_scale_dag_job_counts(paper_workdir):
         "pair_accuracy": 7,
         "all": 1,
     }
-    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 154}
+    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 157}
     print(f"paper-scale dry run (fanout pool): {seconds:.1f} s")
     counts, seconds = _dry_run(paper_workdir, "--config", "fanout=member")
-    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 379}
+    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 382}
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")
     counts, _ = _dry_run(paper_workdir, "--config", "dpo_fanout=pool")
-    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 82}
+    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 85}
 
 
 def test_paper_study_dag(paper_workdir):
@@ -245,7 +247,41 @@ def test_paper_study_dag(paper_workdir):
     study = REPO / "workflow" / "configs" / "paper-study.yaml"
     counts, seconds = _dry_run(paper_workdir, "--configfile", str(PAPER), str(study))
     runs = 12 * 3
-    assert counts["init_member"] == 10 * 3 and counts["split_prompts"] == 3
+    assert counts["init_hub_member"] == 10 * 3 and counts["split_prompts"] == 3
     assert counts["evaluation_table"] == runs and counts["compare"] == 1 and counts["finalize"] == runs
     assert counts["evaluate_member"] == 3 * 10 + 3 * (9 * 10 + 3 + 5 + 7) * 8  # shared checkpoint 0
     print(f"paper-scale study dry run: {seconds:.1f} s, {counts['total']} jobs")
+
+
+def test_the_paper_s_table_1_tasks_expand_with_no_edit():
+    """paper.yaml, paper-study.yaml and the task registry: 12 tasks x 12 experiments x 3 seeds,
+    one initial pool per seed shared by every task, each task's X and evaluation from its
+    source (a hub dataset, or the file the registry names), and every hub id the study loads."""
+    from sparta.config import hub_ids, validate
+    from sparta.study import expand, merge
+
+    configs = REPO / "workflow" / "configs"
+    merged = yaml.safe_load((REPO / "config.yaml").read_text())
+    for name in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml", "paper-tasks-files.yaml"):
+        merged = merge(merged, yaml.safe_load((configs / name).read_text()))
+    study = expand(validate(merged))
+    assert len(study.experiments) == 12 * 12 * 3 and len(set(study.pools.values())) == 3
+    runs = study.experiments
+    gsm8k, hard = runs["paper/gsm8k/sparta-seed1"], runs["paper/math_hard/spin-seed2"]
+    assert (gsm8k.prompts.dataset, gsm8k.prompts.split, gsm8k.prompts.validation) == (
+        "openai/gsm8k",
+        "train",
+        0,
+    )
+    assert gsm8k.evaluation.tasks[0].split == "test" and not gsm8k.evaluation.tasks[0].chat_template
+    assert (
+        hard.prompts.where == {"level": ["Level 4", "Level 5"]} and hard.evaluation.tasks[0].answer == "boxed"
+    )
+    tqa = runs["paper/truthfulqa/sparta-seed3"].evaluation.tasks[0]
+    assert (tqa.options_column, tqa.metric, tqa.max_examples) == ("mc1_targets.choices", "truthfulqa_mc", 400)
+    assert runs["paper/alpaca/sparta-seed1"].evaluation.judge.base == "hf://Qwen/Qwen2.5-7B-Instruct"
+    ids = set().union(*(hub_ids(s) for s in runs.values()))
+    assert "hf://Qwen/Qwen2.5-7B-Instruct" in ids and "hf://bunsenfeng/yuru_qw_flan_v2" in ids
+    assert {"hf://datasets/openai/gsm8k", "hf://datasets/GBaker/MedQA-USMLE-4-options"} <= ids
+    text = "".join((configs / n).read_text() for n in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml"))
+    assert "EDIT" not in text  # only the tasks whose data is not on the hub name a file to supply

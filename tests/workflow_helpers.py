@@ -142,15 +142,21 @@ def paper_workspace(work: Path, config_path: Path) -> Path:
     import json
 
     cfg = yaml.safe_load(config_path.read_text())
+    local = lambda value: value and not str(value).startswith("hf://")  # noqa: E731 (hub ids: planned)
     for spec in cfg["base_models"].values():
-        fake_model_folder(work / spec["path"])
+        if local(spec["path"]):
+            fake_model_folder(work / spec["path"])
     for m in cfg["members"]:
-        fake_model_folder(work / m["adapter"], adapter=True)
-    prompts = work / cfg["prompts"]["file"]
-    prompts.parent.mkdir(parents=True, exist_ok=True)
-    rows = ({"prompt": f"Question {i}?", "reference": f"Answer {i}."} for i in range(9000))
-    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if local(m["adapter"]):
+            fake_model_folder(work / m["adapter"], adapter=True)
+    if cfg["prompts"].get("file"):
+        prompts = work / cfg["prompts"]["file"]
+        prompts.parent.mkdir(parents=True, exist_ok=True)
+        rows = ({"prompt": f"Question {i}?", "reference": f"Answer {i}."} for i in range(9000))
+        prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for task in cfg["evaluation"]["tasks"]:
+        if not task.get("file"):
+            continue  # a hub dataset: its download and split are part of the plan
         rows = [
             {"question": f"q{i}", "answer": str(i), "options": ["yes", "no"], "labels": [1, 0]}
             for i in range(6)
