@@ -3,6 +3,13 @@
 This is the one place that knows column names and types. Every writer goes through
 :func:`write`, which casts to the schema and renames a finished temporary file into place,
 so a killed job never leaves a file that looks complete.
+
+A member's name is in every table, under the name of its role there: ``member`` (state,
+evaluation, scores, training logs, analyses), ``model_a`` / ``model_b`` (the two combatants of
+a duel: duels, history), ``model`` (who answered: responses), ``judge`` and ``target`` (who
+judged whom: judgments), ``chosen_model`` / ``rejected_model`` and ``trainee`` (preferences).
+The older names stay: renaming them would rerun every finished run (the stage scripts read
+them) and break the notebooks that read the tables.
 """
 
 from __future__ import annotations
