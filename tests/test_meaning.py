@@ -264,6 +264,10 @@ def message_of_study(cfg: dict) -> str:
         ({"seeds": [1], "experiments": {"a": {"experiment": "x"}}}, "study.experiments.a.experiment"),
         ({"seeds": [1], "experiments": {}}, "study.experiments: list at least one experiment"),
         ({}, "study.experiments: list at least one experiment"),
+        ({"experiments": {"a": {}}, "tasks": {}}, "study.tasks: list at least one task"),
+        ({"experiments": {"a": {}}, "tasks": {"t": {"seed": 2}}}, "study.tasks.t.seed: an overlay cannot"),
+        ({"experiments": {"a": {}}, "tasks": {"t": {"backend": "hf"}}}, "study.tasks.t.backend: backend is"),
+        ({"experiments": {"a": {}}, "tasks": {"a": {}}}, "study.tasks: a is also an experiment's name"),
     ],
 )
 def test_a_bad_study_section_names_the_key(tiny_base, section, key):
