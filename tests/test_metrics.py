@@ -169,6 +169,8 @@ def test_select_best_uses_validation_and_reports_test():
     )
     sel = analysis.select_best(later).set_index("stage")
     assert (sel.loc["selected", "checkpoint"], sel.loc["selected", "member"]) == (0, "b")
+    assert sel.loc["selected", "tied"] == 2  # b@0 and a@2 tie on validation: the table says so
+    assert analysis.select_best(scores).set_index("stage").loc["selected", "tied"] == 1
     final = analysis.select_best(later, "final").set_index("stage")
     assert (final.loc["selected", "checkpoint"], final.loc["selected", "member"]) == (2, "a")
     with pytest.raises(ValueError, match="all or final"):

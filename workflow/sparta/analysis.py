@@ -245,7 +245,8 @@ def select_best(evaluation: pd.DataFrame, select_from: str = "all") -> pd.DataFr
     """Per task: the best member on validation among the initial pool (checkpoint 0), among
     the final members, and the run's ``selected`` one (paper protocol: among every member of
     every checkpoint with ``select_from`` all, among the final ones with final), each with its
-    test score. Ties on validation go to the earlier checkpoint, then the member's name."""
+    test score. Ties on validation go to the earlier checkpoint, then the member's name;
+    ``tied`` says how many candidates shared the best validation score (1: no tie-break)."""
     if select_from not in ("all", "final"):
         raise ValueError(f"select_from must be all or final, not {select_from!r}")
     table = evaluation.pivot_table(
@@ -273,6 +274,7 @@ def select_best(evaluation: pd.DataFrame, select_from: str = "all") -> pd.DataFr
                     "member": best["member"],
                     "validation": float(best["validation"]),
                     "test": float(best.get("test", np.nan)),
+                    "tied": int((cand["validation"] == best["validation"]).sum()),
                 }
             )
     return pd.DataFrame(rows)

@@ -170,7 +170,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("n", pa.int64()),
         ]
     ),
-    # per task: the best member on validation (initial pool, final members), its test score
+    # per task: the best member on validation (initial pool, final members, the run's
+    # selection), its test score, and how many candidates tied on validation
     "selection": pa.schema(
         [
             ("task", _str),
@@ -179,6 +180,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("member", _str),
             ("validation", _f64),
             ("test", _f64),
+            ("tied", pa.int64()),  # candidates with the best validation score (> 1: tie-broken)
         ]
     ),
     # --- training ----------------------------------------------------------------------------
@@ -366,7 +368,7 @@ OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy", "training_lo
 
 # columns added to a table after runs were made with it: a table written before reads with
 # them null, so a run made before an update resumes (its cost shows those columns as unknown)
-ADDED_COLUMNS = {"judgments": ("requests", "generated_tokens")}
+ADDED_COLUMNS = {"judgments": ("requests", "generated_tokens"), "selection": ("tied",)}
 
 
 class TableError(ValueError):
