@@ -118,9 +118,12 @@ def test_a_config_that_is_not_yaml_gets_one_line_naming_the_place(tmp_path, caps
         assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", ["config.yaml", "config-study.yaml", "config-baseline.yaml"])
+@pytest.mark.parametrize(
+    "name", ["config.yaml", "config-study.yaml", "config-baseline.yaml", "config-tasks.yaml"]
+)
 def test_each_kind_of_run_has_a_test_config(name, capsys, monkeypatch):
-    """.test/ holds one config per kind of run (single, study, baseline); each resolves."""
+    """.test/ holds one config per kind of run (single, study, baseline, study with tasks);
+    each resolves."""
     from sparta.cli import main
 
     monkeypatch.chdir(REPO)
@@ -128,6 +131,14 @@ def test_each_kind_of_run_has_a_test_config(name, capsys, monkeypatch):
     runs = json.loads(capsys.readouterr().out)
     if name == "config-study.yaml":
         assert sorted(runs) == ["study-test/sparta-seed1", "study-test/spin-seed1"]
+    elif name == "config-tasks.yaml":
+        assert sorted(runs) == [
+            "tasks-test/arithmetic/sparta-seed1",
+            "tasks-test/multiplication/sparta-seed1",
+        ]
+        assert runs["tasks-test/multiplication/sparta-seed1"]["prompts"]["where"] == {
+            "domain": "multiplication"
+        }
     else:  # a single run prints its settings
         assert runs["iterations"] == 1
         assert runs["method"] == ("self_rewarding" if "baseline" in name else "sparta")
