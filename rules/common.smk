@@ -29,6 +29,21 @@ sparta_config.validate(config)
 STUDY = sparta_config.load_study(config, ".")
 for note in STUDY.notes:
     print(f"sparta: note: {note}", file=sys.stderr)
+# A config that names its own pool but still takes model-scale settings from config.yaml (the
+# embedded 135M toy) where sparta's defaults differ: said once, every key named
+import yaml
+
+with open(os.path.join(workflow.basedir, "config.yaml")) as _f:
+    _leftovers = sparta_config.embedded_leftovers(
+        yaml.safe_load(_f) or {}, dict(workflow.config_settings.overwrite_config or {})
+    )
+if _leftovers and workflow.is_main_process:
+    print(
+        f"sparta: note: your config names its own pool but takes {len(_leftovers)} setting(s) from "
+        f"config.yaml (the embedded 135M toy) where sparta's defaults differ: {'; '.join(_leftovers)}. "
+        "Set them in your config to choose (sparta config prints every value).",
+        file=sys.stderr,
+    )
 
 
 # Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,

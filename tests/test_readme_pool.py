@@ -53,6 +53,29 @@ def test_the_readme_pool_example_plans_its_jobs(workspace):
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", out, re.M))
     assert int(jobs["dpo"]) == 3 * cfg["iterations"], jobs
     assert "convert_gguf" not in jobs and "sft_member" not in jobs  # config.yaml's toy pool is gone
+    # what the example still takes from config.yaml's toy, said once at the start
+    (note,) = [line for line in out.splitlines() if "takes" in line and line.startswith("sparta: note")]
+    assert "judge.max_length 512 (default 1024)" in note and "3 setting(s)" in note
+
+
+def test_what_a_config_of_its_own_pool_takes_from_the_embedded_toy():
+    from sparta.config import embedded_leftovers
+
+    embedded = yaml.safe_load((REPO / "config.yaml").read_text())
+    assert embedded_leftovers(embedded, {"iterations": 1}) == []  # the embedded pool: nothing said
+    own = {"members": [{"name": "a", "base": "x"}], "base_models": {"x": {"path": "m"}}}
+    found = embedded_leftovers(embedded, own)
+    assert "prompts.per_iteration 12 (default 1000)" in found
+    assert "generation.max_new_tokens 48 (default 512)" in found
+    assert "evaluation.tasks [arithmetic] (default none)" in found
+    assert not any(f.startswith(("sft.", "members", "base_models", "experiment")) for f in found)  # no SFT
+    found = embedded_leftovers(
+        embedded, {**own, "prompts": {"per_iteration": 5}, "generation": {"max_new_tokens": "48"}}
+    )
+    assert not any(f.startswith(("prompts.per_iteration", "generation.")) for f in found)  # set: not said
+    sft = {**own, "members": [{"name": "a", "base": "x", "sft_domain": "addition"}]}
+    assert "sft.max_steps 12 (default 30)" in embedded_leftovers(embedded, sft)
+    assert "dpo.learning_rate 5e-05 (default 1e-06)" in found
 
 
 def test_the_readme_pool_example_settings(workspace, monkeypatch, capsys):

@@ -745,3 +745,92 @@ def _check_task(task: TaskSpec, settings: Settings, root: Path) -> list[str]:
     except TaskError as e:
         return [str(e)]
     return []
+
+
+# --- a user's pool under the embedded default -----------------------------------------------
+
+_NO_DEFAULT = object()
+
+
+def _leaves(node: dict, prefix: str = ""):
+    for key, value in node.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, dotted + ".")
+        else:
+            yield dotted, value
+
+
+def _sets(config: dict, dotted: str) -> bool:
+    """Whether ``config`` gives ``dotted`` (or a mapping or value above it that replaces it)."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+        if not isinstance(node, dict):
+            return True
+    return True
+
+
+def setting_default(dotted: str):
+    """The default sparta's settings dataclasses give a dotted key (a sentinel when the key
+    has none: a required key, or one inside a list)."""
+    import typing
+
+    cls = Settings
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(cls):
+            return _NO_DEFAULT
+        found = {f.name: f for f in dataclasses.fields(cls)}.get(part)
+        if found is None:
+            return _NO_DEFAULT
+        if i < len(parts) - 1:  # a section: descend into its dataclass
+            hint = typing.get_type_hints(cls)[part]
+            inner = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+            cls = next((a for a in inner if dataclasses.is_dataclass(a)), None)
+            continue
+        if found.default is not dataclasses.MISSING:
+            return found.default
+        if found.default_factory is not dataclasses.MISSING:
+            return found.default_factory()
+    return _NO_DEFAULT
+
+
+def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
+    """What a config that names its own pool (``members`` or ``base_models``) still takes
+    from the embedded default (config.yaml: a 135M toy, two short iterations) where sparta's
+    own defaults (the paper's or the authors' values) differ: one entry per key, as
+    ``key value (default D)``. Empty when the config keeps the embedded pool."""
+    if not {"members", "base_models"} & set(user):
+        return []
+    skip = ["experiment", "members", "base_models", "study"]
+    members = user.get("members") if isinstance(user.get("members"), list) else []
+    if members and not any(isinstance(m, dict) and m.get("sft_domain") for m in members):
+        skip.append("sft")  # no member of the config trains an SFT: its settings are unused
+    found = []
+    for key, value in _leaves(embedded):
+        if key.split(".")[0] in skip or _sets(user, key):
+            continue
+        default = setting_default(key)
+        if default is _NO_DEFAULT or _same(value, default):
+            continue
+        if isinstance(value, list):
+            names = [v.get("name") for v in value if isinstance(v, dict) and v.get("name")]
+            found.append(f"{key} [{', '.join(map(str, names)) or len(value)}] (default none)")
+        else:
+            found.append(f"{key} {value!r} (default {default!r})")
+    return found
+
+
+def _same(value, default) -> bool:
+    if isinstance(default, tuple):
+        return list(default) == value
+    numbers = isinstance(default, (int, float)) and not isinstance(default, bool)
+    if numbers and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            return float(value) == float(default)
+        except ValueError:
+            return False
+    return value == default
