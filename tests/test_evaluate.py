@@ -180,3 +180,29 @@ def test_hub_shaped_tasks_load_as_the_paper_s_datasets_hold_them(tmp_path):
     assert asked == {"P0", "P1", "P5", "P6", "P10", "P11"}
     with pytest.raises(TaskError, match="no row matches where"):
         load_task(TaskSpec(**spec, answer_column="solution", where={"level": "Level 9"}), {}, 0)
+
+
+def test_a_task_built_from_columns_scores_letters(tmp_path):
+    """NormAd as a task: the prompt built from its columns lists the options, the answers are
+    mapped to their letters, so multiple_choice reads the letter it asks for."""
+    rows = pd.DataFrame(
+        {
+            "Story": [f"Story {i}." for i in range(8)],
+            "Country": ["japan", "peru"] * 4,
+            "Gold Label": ["yes", "no", "neutral", "yes"] * 2,
+        }
+    )
+    rows.to_csv(tmp_path / "normad.csv", index=False)
+    spec = TaskSpec(
+        name="normad",
+        file=str(tmp_path / "normad.csv"),
+        prompt_column="Story",
+        answer_column="Gold Label",
+        prompt_template="{Story} ({Country}) Acceptable? A. Yes B. No C. Neutral",
+        answer_map={"yes": "A", "no": "B", "neutral": "C"},
+        metric="multiple_choice",
+    )
+    task = load_task(spec, {}, 0)
+    both = pd.concat([task.rows["validation"], task.rows["test"]])
+    assert set(both["answer"]) == {"A", "B", "C"} and both["prompt"].str.endswith("C. Neutral").all()
+    assert set(both["prompt"].str.extract(r"\((\w+)\) Acceptable\?")[0]) == {"japan", "peru"}

@@ -246,3 +246,38 @@ def test_prompts_where_keeps_the_matching_rows(tiny_base, tmp_path):
     cfg["prompts"]["where"] = {"grade": "A"}
     with pytest.raises(sparta_config.ConfigError, match="no column 'grade'"):
         sparta_config.load(copy.deepcopy(cfg), REPO)
+
+
+def normad_like(tmp_path) -> str:
+    """NormAd's columns (a CSV on the hub): a story, its contexts, a yes / no / neutral label."""
+    rows = pd.DataFrame(
+        {
+            "ID": range(6),
+            "Country": ["japan", "egypt", "peru"] * 2,
+            "Rule-of-Thumb": ["Bring a gift."] * 6,
+            "Story": [f"At dinner {i}, Ana brought flowers." for i in range(6)],
+            "Gold Label": ["yes", "No", "neutral", " YES ", "no", "Neutral"],
+        }
+    )
+    path = tmp_path / "normad.csv"
+    rows.to_csv(path, index=False)
+    return str(path)
+
+
+def test_prompts_built_from_columns_and_answers_mapped_to_letters(tmp_path):
+    template = (
+        "{Story}\nCountry: {Country}\nRule: {Rule-of-Thumb}\nIs this acceptable? A. Yes B. No C. Neutral"
+    )
+    letters = {"yes": "A", "no": "B", "neutral": "C"}
+    table = read_prompt_file(
+        normad_like(tmp_path), "Story", "Gold Label", "ID", template=template, answer_map=letters
+    )
+    assert table["prompt"][0] == (
+        "At dinner 0, Ana brought flowers.\nCountry: japan\nRule: Bring a gift.\n"
+        "Is this acceptable? A. Yes B. No C. Neutral"
+    )
+    assert table["answer"].tolist() == ["A", "B", "C", "A", "B", "C"]  # case and spaces ignored
+    with pytest.raises(PromptFileError, match=r"names column\(s\) \['Value'\]"):
+        read_prompt_file(normad_like(tmp_path), "Story", template="{Story} {Value}")
+    with pytest.raises(PromptFileError, match=r"answer\(s\) \['Neutral', 'neutral'\] are not keys"):
+        read_prompt_file(normad_like(tmp_path), "Story", "Gold Label", answer_map={"yes": "A", "no": "B"})

@@ -11,7 +11,8 @@ sm = snakemake  # noqa: F821
 log = setup(sm.log[0])
 p = sm.params.prompts
 columns = [p[k] for k in ("prompt_column", "answer_column", "id_column", "reference_column")]
-prompts = read_prompt_file(sm.input.prompts, *columns, where=p.get("where"))
+shaping = {"where": p.get("where"), "template": p.get("prompt_template"), "answer_map": p.get("answer_map")}
+prompts = read_prompt_file(sm.input.prompts, *columns, **shaping)
 bound = sm.params.lengths
 budget = prompt_budget([local(b) for b in bound["bases"]], bound["max_new_tokens"])
 prompts, skipped = lengths.apply(prompts, budget, bound["system_prompt"], bound["too_long"], "prompts")

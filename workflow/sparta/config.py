@@ -619,8 +619,8 @@ def _read_prompts(path: Path, *columns):
         key = None
     if key is None or key not in _PROMPT_FILES:
         try:
-            *names, where = columns
-            found = read_prompt_file(path, *names, json.loads(where) if where else None)
+            *names, shaped = columns
+            found = read_prompt_file(path, *names, **json.loads(shaped))
         except PromptFileError as e:
             found = e
         if key is None:
@@ -634,9 +634,10 @@ def _check_prompts(settings: Settings, root: Path, notes: list[str]) -> list[str
     found = _check_source(p, "prompts", root, notes)
     if found is not None:
         return found
-    where = json.dumps(p.where, sort_keys=True) if p.where else None  # hashable, for the cache
+    shaping = {"where": p.where, "template": p.prompt_template, "answer_map": p.answer_map}
+    shaped = json.dumps(shaping, sort_keys=True)  # hashable, for the cache
     prompts = _read_prompts(
-        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column, where
+        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column, shaped
     )
     if isinstance(prompts, PromptFileError):
         return [str(prompts)]

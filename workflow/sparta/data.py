@@ -155,9 +155,14 @@ def read_prompt_file(
     id_column: str | None = None,
     reference_column: str | None = None,
     where: dict | None = None,
+    template: str | None = None,
+    answer_map: dict | None = None,
 ) -> pd.DataFrame:
     """A user's prompts (jsonl, json, csv or parquet) as a prompts table (only the rows that
-    match ``where``, when given)."""
+    match ``where``, when given). ``template`` builds each prompt from its row's columns
+    (``{Story}``, ``{Rule-of-Thumb}``: Python format fields named by column); ``answer_map``
+    maps each answer (case and spaces ignored) to what the metric reads (NormAd's yes / no /
+    neutral to the letters of the options the template lists)."""
     path = Path(path)
     df, records = _read_table(path, "prompt file", "prompts.file")
     if where and len(df):
@@ -187,6 +192,8 @@ def read_prompt_file(
         prompts = pd.Series([record[prompt_column] for _, record in records], index=df.index)
     else:
         prompts = df[prompt_column].astype(str)
+    if template is not None:
+        prompts = pd.Series(_filled(template, df, path), index=df.index)
     ids = df[id_column].astype(str) if id_column else pd.Series([f"q{i:06d}" for i in range(len(df))])
     if ids.duplicated().any():
         raise PromptFileError(f"prompt file {path}: ids in column {id_column!r} repeat")
@@ -195,6 +202,8 @@ def read_prompt_file(
         return [None if pd.isna(a) else str(a) for a in df[column]] if column else None
 
     answers, references = texts(answer_column), texts(reference_column)
+    if answer_map and answers is not None:
+        answers = _mapped(answers, answer_map, path)
     return pd.DataFrame(
         {
             "prompt_id": ids.to_numpy(),
@@ -204,6 +213,32 @@ def read_prompt_file(
             "reference": references,
         }
     )
+
+
+def _filled(template: str, df: pd.DataFrame, path: Path) -> list[str]:
+    """``template`` filled with each row's columns (a missing value: empty text)."""
+    import string
+
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    missing = sorted(fields - set(df.columns))
+    if missing:
+        raise PromptFileError(
+            f"prompt file {path}: prompt_template names column(s) {missing} it does not have; "
+            f"columns are {list(df.columns)}"
+        )
+    rows = df[sorted(fields)].astype(object).where(df[sorted(fields)].notna(), "")
+    return [template.format_map(row) for row in rows.to_dict("records")]
+
+
+def _mapped(answers: list, answer_map: dict, path: Path) -> list:
+    """Each answer through ``answer_map`` (keys compared without case or outer spaces)."""
+    table = {str(k).strip().lower(): str(v) for k, v in answer_map.items()}
+    unknown = sorted({a for a in answers if a is not None and a.strip().lower() not in table})
+    if unknown:
+        raise PromptFileError(
+            f"prompt file {path}: answer(s) {unknown[:5]} are not keys of answer_map {sorted(table)}"
+        )
+    return [None if a is None else table[a.strip().lower()] for a in answers]
 
 
 def duplicate_prompts(prompts: pd.DataFrame) -> dict[str, int]:

@@ -538,6 +538,17 @@ class PromptSettings:
         "difficulty bins: {level: [Level 1, Level 2]}).",
         added=ADDED_HUB_DATASETS,
     )
+    prompt_template: str | None = setting(
+        None,
+        help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
+        '{Country}"); prompt_column must still name a column of text.',
+        added=ADDED_HUB_DATASETS,
+    )
+    answer_map: dict[str, Any] | None = setting(
+        None,
+        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
+        added=ADDED_HUB_DATASETS,
+    )
     too_long: Literal["skip", "stop"] = setting(
         "skip",
         help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
@@ -569,8 +580,9 @@ class PromptSettings:
         found = {k: getattr(self, k) for k in keys}
         if self.dataset is not None:
             found.update(dataset=self.dataset, config=self.config, split=self.split)
-        if self.where:
-            found.update(where=self.where)
+        for key in ("where", "prompt_template", "answer_map"):
+            if getattr(self, key):
+                found[key] = getattr(self, key)
         return found
 
     def source_file(self) -> str | None:
@@ -604,6 +616,17 @@ class TaskSpec:
     where: dict[str, Any] | None = setting(
         None,
         help="Only the rows whose columns hold these values: {column: value or [values]}.",
+        added=ADDED_HUB_DATASETS,
+    )
+    prompt_template: str | None = setting(
+        None,
+        help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
+        '{Country}"); prompt_column must still name a column of text.',
+        added=ADDED_HUB_DATASETS,
+    )
+    answer_map: dict[str, Any] | None = setting(
+        None,
+        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
         added=ADDED_HUB_DATASETS,
     )
     prompt_column: str = setting("prompt", help="Column holding the question.")

@@ -100,7 +100,9 @@ def load_task(
             if spec.where:
                 raw = raw.loc[rows_where(raw, spec.where, f"{where}: where")].reset_index(drop=True)
             columns = (spec.prompt_column, spec.answer_column, spec.id_column)
-            base = read_prompt_file(path, *columns, where=spec.where)
+            base = read_prompt_file(
+                path, *columns, where=spec.where, template=spec.prompt_template, answer_map=spec.answer_map
+            )
         except PromptFileError as e:
             raise TaskError(f"{where}: {e}") from e
         for key in ("options_column", "labels_column", "reference_column"):
