@@ -280,6 +280,13 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     tqa = runs["paper/truthfulqa/sparta-seed3"].evaluation.tasks[0]
     assert (tqa.options_column, tqa.metric, tqa.max_examples) == ("mc1_targets.choices", "truthfulqa_mc", 400)
     assert runs["paper/alpaca/sparta-seed1"].evaluation.judge.base == "hf://Qwen/Qwen2.5-7B-Instruct"
+    rot = runs["paper/normad_rot/sparta-seed1"].prompts
+    assert "{Rule-of-Thumb}" in rot.prompt_template and rot.answer_map == {
+        "yes": "A",
+        "no": "B",
+        "neutral": "C",
+    }
+    assert (rot.dataset, rot.validation, rot.test) == ("akhilayerukola/NormAd", 0.05, 0.05)
     ids = set().union(*(hub_ids(s) for s in runs.values()))
     assert "hf://Qwen/Qwen2.5-7B-Instruct" in ids and "hf://bunsenfeng/yuru_qw_flan_v2" in ids
     assert {"hf://datasets/openai/gsm8k", "hf://datasets/GBaker/MedQA-USMLE-4-options"} <= ids
