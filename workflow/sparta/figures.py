@@ -217,14 +217,17 @@ def reward_hacking(table: pd.DataFrame):
 
 
 def training(log: pd.DataFrame, held_out: pd.DataFrame):
-    """Did DPO do anything? Left: DPO reward accuracy and margin on the training pairs, per
-    member and iteration (mean over the logged steps). Right: held-out preference accuracy
-    of each member before and after its DPO (the next iteration's pairs, 95% CI)."""
+    """Did DPO do anything? Left: DPO reward accuracy on the training pairs, per member and
+    iteration (mean over the logged steps); middle: the reward margin, on its own axis (it
+    lives near 0, accuracy near 0.5). Right: held-out preference accuracy of each member
+    before and after its DPO (the next iteration's pairs, 95% CI)."""
     dpo = log[(log["stage"] == "dpo") & log["loss"].notna()] if len(log) else log
     if len(dpo) == 0 and len(held_out) == 0:
         return empty("Training", "no DPO step logged (no preference pairs)")
     with plt.rc_context(STYLE):
-        fig, (ax, axh) = plt.subplots(1, 2, figsize=(12, 4))
+        fig, (ax, axm, axh) = plt.subplots(
+            1, 3, figsize=(16, 4), gridspec_kw={"width_ratios": [1, 1, 1.3]}, layout="constrained"
+        )
     if len(dpo):
         means = (
             dpo.groupby(["member", "iteration"])[["rewards_accuracies", "rewards_margins"]]
@@ -232,14 +235,19 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
             .reset_index()
         )
         for m, g in means.groupby("member"):
-            (line,) = ax.plot(g["iteration"], g["rewards_accuracies"], "o-", label=f"{m} accuracy")
-            ax.plot(g["iteration"], g["rewards_margins"], "s:", color=line.get_color(), label=f"{m} margin")
-        ax.set_xticks(sorted(means["iteration"].unique()))
+            (line,) = ax.plot(g["iteration"], g["rewards_accuracies"], "o-", label=m)
+            axm.plot(g["iteration"], g["rewards_margins"], "s-", color=line.get_color(), label=m)
+        for a in (ax, axm):
+            a.set_xticks(sorted(means["iteration"].unique()))
     ax.axhline(0.5, color="grey", ls=":", lw=1)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("DPO reward accuracy (o) / margin (s)")
-    ax.set_title("DPO on the iteration's pairs (training)")
-    ax.legend(fontsize=7, ncol=2)
+    axm.axhline(0.0, color="grey", ls=":", lw=1)
+    for a in (ax, axm):
+        a.set_xlabel("iteration")
+        a.legend(fontsize=7)
+    ax.set_ylabel("DPO reward accuracy (training pairs)")
+    ax.set_title("DPO: chosen rewarded above rejected")
+    axm.set_ylabel("DPO reward margin (chosen - rejected)")
+    axm.set_title("DPO: reward margin")
     if len(held_out):
         members = sorted(held_out["member"].unique())
         iterations = sorted(held_out["iteration"].unique())  # one before/after pair per DPO
