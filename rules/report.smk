@@ -61,6 +61,7 @@ rule plots:
         history=layout.run_file("{exp}", "reputation_history.parquet"),
         judgments=run_tables("judgments"),
         label_accuracy=layout.analysis("{exp}", "label_accuracy"),
+        judge_accuracy=layout.analysis("{exp}", "judge_label_accuracy"),
         diversity=layout.analysis("{exp}", "diversity"),
         reward_hacking=layout.analysis("{exp}", "reward_hacking"),
         training=layout.analysis("{exp}", "training"),

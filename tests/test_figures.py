@@ -193,3 +193,33 @@ def test_an_interval_rounded_inside_its_estimate_still_draws(tmp_path):
     fig = figures.label_accuracy(label)
     figures.save(fig, tmp_path / "label.png")
     assert (tmp_path / "label.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_label_accuracy_draws_each_judge_and_reputation_bands_never_hide_the_moves():
+    label = pd.DataFrame(
+        {"scope": ["iteration"] * 2, "iteration": [1, 2], "judge": [None, None], "informative": [10, 12]}
+        | {"accuracy": [0.5, 0.6], "accuracy_low": [0.2, 0.3], "accuracy_high": [0.8, 0.85]}
+    )
+    judges = pd.DataFrame(
+        {"scope": ["iteration x judge"] * 4, "iteration": [1, 2, 1, 2], "judge": ["a", "a", "b", "b"]}
+        | {"accuracy": [0.4, 0.7, 0.6, 0.5], "informative": [5, 6, 5, 6]}
+    )
+    fig = figures.label_accuracy(label, judges)
+    assert {"judge a (alone)", "judge b (alone)"} <= {h.get_label() for h in fig.axes[0].get_lines()}
+    history = pd.DataFrame(  # moves of 0.002 under deviations of 0.1: no band, said on the axis
+        {
+            "iteration": [1, 1],
+            "model_a": ["x", "y"],
+            "model_b": ["y", "x"],
+            "reputation_a_before": [100.0, 99.999],
+            "reputation_a_after": [100.002, 100.0],
+            "reputation_b_before": [100.0, 100.002],
+            "reputation_b_after": [99.999, 100.001],
+            "deviation_a_before": [0.5, 0.1],
+            "deviation_a_after": [0.1, 0.1],
+            "deviation_b_before": [0.5, 0.1],
+            "deviation_b_after": [0.1, 0.1],
+        }
+    )
+    fig = figures.reputation(history)
+    assert fig.axes[0].get_ylabel() == "reputation (deviations: below)" and not fig.axes[0].collections

@@ -12,7 +12,9 @@ made = {
     out.reputation: figures.reputation(history),
     out.wins: figures.wins(history),
     out.scores: figures.judge_scores(tables.read_many(inp.judgments, "judgments")),
-    out.label_accuracy: figures.label_accuracy(tables.read(inp.label_accuracy, "label_accuracy")),
+    out.label_accuracy: figures.label_accuracy(
+        tables.read(inp.label_accuracy, "label_accuracy"), tables.read(inp.judge_accuracy, "label_accuracy")
+    ),
     out.diversity: figures.diversity(tables.read(inp.diversity, "diversity")),
     out.reward_hacking: figures.reward_hacking(tables.read(inp.reward_hacking, "reward_hacking")),
     out.training: figures.training(

@@ -73,23 +73,28 @@ def reputation(history: pd.DataFrame):
         fig, (ax, axd) = plt.subplots(
             2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
         )
-    lows, highs = [], []
+    lows, highs, bands = [], [], []
     for m in members_of(history):
         s, r, d = _trajectory(history, m)
         if not len(s):
             continue
         (line,) = ax.step(s, r, where="post", label=m, lw=1.8)
-        ax.fill_between(s, r - d, r + d, step="post", alpha=0.08, color=line.get_color())
+        bands.append((s, r, d, line.get_color()))
         axd.step(s, d, where="post", color=line.get_color(), lw=1.4)
         lows.append(r.min())
         highs.append(r.max())
     span = max(max(highs) - min(lows), 1e-3)
-    ax.set_ylim(min(lows) - 0.25 * span, max(highs) + 0.25 * span)  # wider bands are clipped
+    ax.set_ylim(min(lows) - 0.25 * span, max(highs) + 0.25 * span)
+    # a band much wider than the moves would cover the plot and hide them: then only the
+    # lower panel shows the deviations
+    drawn = bool(bands) and max(float(np.median(d)) for *_, d, _ in bands) <= 2 * span
+    for s, r, d, color in bands if drawn else ():
+        ax.fill_between(s, r - d, r + d, step="post", alpha=0.08, color=color)
     for _, g in history.reset_index().groupby("iteration"):
         for a in (ax, axd):
             a.axvline(g["index"].max() + 1, color="grey", ls=":", lw=1)
     ax.ticklabel_format(axis="y", useOffset=False)
-    ax.set_ylabel("reputation (band: +/- deviation)")
+    ax.set_ylabel("reputation (band: +/- deviation)" if drawn else "reputation (deviations: below)")
     ax.set_title("Reputation of each member (dotted lines end an iteration)")
     ax.legend(loc="best", fontsize=8)
     axd.set_ylabel("deviation")
@@ -147,9 +152,12 @@ def judge_scores(judgments: pd.DataFrame):
     return fig
 
 
-def label_accuracy(label: pd.DataFrame):
-    """Label accuracy of the collective (with its 95% interval) and of each judge, per iteration."""
+def label_accuracy(label: pd.DataFrame, judges: pd.DataFrame | None = None):
+    """Label accuracy of the collective (with its 95% interval) and of each judge, per
+    iteration (``judges``: the per-judge table, analysis/judge_label_accuracy.parquet)."""
     title = "Do the judges prefer the right answer?"
+    if judges is not None and len(judges):
+        label = pd.concat([label, judges], ignore_index=True) if len(label) else judges
     it = label[label["scope"] == "iteration"] if len(label) else label
     if len(it) == 0:
         return empty("Label accuracy", "no ground truth, or no pair with exactly one right answer")
@@ -161,7 +169,7 @@ def label_accuracy(label: pd.DataFrame):
     for n, acc, c in zip(x, y, it["informative"]):
         ax.annotate(f"n={c}", (n, acc), textcoords="offset points", xytext=(4, 6), fontsize=8)
     for j, g in label[label["scope"] == "iteration x judge"].groupby("judge"):
-        ax.plot(g["iteration"].astype(int), g["accuracy"], ".--", alpha=0.7, label=f"judge {j}")
+        ax.plot(g["iteration"].astype(int), g["accuracy"], ".--", alpha=0.7, label=f"judge {j} (alone)")
     ax.axhline(0.5, color="grey", ls=":", label="chance")
     ax.set_ylim(-0.05, 1.05)
     ax.set_xticks(sorted(x.unique()))
