@@ -34,13 +34,14 @@ for note in STUDY.notes:
 import yaml
 
 with open(os.path.join(workflow.basedir, "config.yaml")) as _f:
-    _leftovers = sparta_config.embedded_leftovers(
+    EMBEDDED_LEFTOVERS = sparta_config.embedded_leftovers(
         yaml.safe_load(_f) or {}, dict(workflow.config_settings.overwrite_config or {})
     )
-if _leftovers and workflow.is_main_process:
+if EMBEDDED_LEFTOVERS and workflow.is_main_process:
     print(
-        f"sparta: note: your config names its own pool but takes {len(_leftovers)} setting(s) from "
-        f"config.yaml (the embedded 135M toy) where sparta's defaults differ: {'; '.join(_leftovers)}. "
+        f"sparta: note: your config names its own pool but takes {len(EMBEDDED_LEFTOVERS)} setting(s) "
+        f"from config.yaml (the embedded 135M toy) where sparta's defaults differ: "
+        f"{'; '.join(EMBEDDED_LEFTOVERS)}. "
         "Set them in your config to choose (sparta config prints every value).",
         file=sys.stderr,
     )

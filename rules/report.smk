@@ -7,7 +7,11 @@ rule record_settings:
     output:
         settings=layout.run_file("{exp}", "settings.yaml"),
     params:
-        settings=lambda wc: run_of(wc).to_dict(),
+        # and, for a config of its own pool, what it still takes from config.yaml's toy
+        settings=lambda wc: {
+            **run_of(wc).to_dict(),
+            **({"from_embedded_default": EMBEDDED_LEFTOVERS} if EMBEDDED_LEFTOVERS else {}),
+        },
     log:
         layout.log("{exp}", "record_settings"),
     localrule: True

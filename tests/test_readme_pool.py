@@ -56,6 +56,9 @@ def test_the_readme_pool_example_plans_its_jobs(workspace):
     # what the example still takes from config.yaml's toy, said once at the start
     (note,) = [line for line in out.splitlines() if "takes" in line and line.startswith("sparta: note")]
     assert "judge.max_length 512 (default 1024)" in note and "3 setting(s)" in note
+    run_snakemake(work, my, "results/my-pool/settings.yaml")  # a local rule, no model: the record
+    recorded = yaml.safe_load((work / "results/my-pool/settings.yaml").read_text())
+    assert "judge.max_length 512 (default 1024)" in recorded["from_embedded_default"]
 
 
 def test_what_a_config_of_its_own_pool_takes_from_the_embedded_toy():
