@@ -266,14 +266,19 @@ def prompt_base_markers(wildcards):
 
 
 def prompt_lengths(wildcards):
-    """Param of split_prompts: what bounds a prompt's length (sparta/lengths.py)."""
+    """Param of split_prompts: what bounds a prompt's length (sparta/lengths.py): the bases
+    and the policy, compared for reruns."""
     s = run_of(wildcards)
-    return {
-        "bases": sparta_config.prompt_bases(s),
-        "max_new_tokens": s.generation.max_new_tokens,
-        "system_prompt": s.system_prompt,
-        "too_long": s.prompts.too_long,
-    }
+    return {"bases": sparta_config.prompt_bases(s), "too_long": s.prompts.too_long}
+
+
+def prompt_budget(wildcards):
+    """Param of split_prompts, not compared for reruns: the answer length and system prompt
+    a prompt must leave room for. A new generation.max_new_tokens does not split the prompts
+    again (it would rerun the whole run); the config check still counts the prompts too long
+    for it before any job (README: Your own pool)."""
+    s = run_of(wildcards)
+    return Untracked({"max_new_tokens": s.generation.max_new_tokens, "system_prompt": s.system_prompt})
 
 
 def evaluation_task_files(wildcards):

@@ -35,6 +35,7 @@ rule split_prompts:
         prompts=lambda wc: run_of(wc).prompts.split_keys(),
         seed=lambda wc: run_of(wc).seed,
         lengths=prompt_lengths,
+        budget=prompt_budget,
     log:
         layout.log("{exp}", "split_prompts"),
     localrule: True

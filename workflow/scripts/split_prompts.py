@@ -13,9 +13,9 @@ p = sm.params.prompts
 columns = [p[k] for k in ("prompt_column", "answer_column", "id_column", "reference_column")]
 shaping = {"where": p.get("where"), "template": p.get("prompt_template"), "answer_map": p.get("answer_map")}
 prompts = read_prompt_file(sm.input.prompts, *columns, **shaping)
-bound = sm.params.lengths
-budget = prompt_budget([local(b) for b in bound["bases"]], bound["max_new_tokens"])
-prompts, skipped = lengths.apply(prompts, budget, bound["system_prompt"], bound["too_long"], "prompts")
+bound, answer = sm.params.lengths, sm.params.budget.value
+budget = prompt_budget([local(b) for b in bound["bases"]], answer["max_new_tokens"])
+prompts, skipped = lengths.apply(prompts, budget, answer["system_prompt"], bound["too_long"], "prompts")
 if skipped:
     log.warning("%s", skipped)
 for name, df in split(prompts, p["validation"], p["test"], sm.params.seed).items():
