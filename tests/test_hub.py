@@ -200,6 +200,29 @@ def test_snakemake_stops_on_a_missing_id_before_any_job_and_a_dry_run_plans_it(o
     assert "hub_download" in plan.stdout
 
 
+# the hand-built dataset as the paper uses a task: X its whole train split, its test split halved
+TINYMATH_PROMPTS = {
+    "file": None,
+    "dataset": DATASET,
+    "config": "main",
+    "split": "train",
+    "prompt_column": "question",
+    "answer_column": "answer",
+    "id_column": None,
+    "validation": 0,
+    "test": 0,
+}
+TINYMATH_TASK = {
+    "name": "tinymath",
+    "dataset": DATASET,
+    "config": "main",
+    "prompt_column": "question",
+    "answer_column": "answer",
+    "metric": "exact_match",
+    "max_new_tokens": 8,
+}
+
+
 def test_dataset_ids_parse_and_name_one_file_per_split():
     assert hub.dataset_id(DATASET) == f"hf://datasets/{DATASET}"
     assert hub.dataset_id(f"{DATASET}@v1") == f"hf://datasets/{DATASET}@v1"
@@ -238,30 +261,8 @@ def test_prompts_and_a_task_from_a_hub_dataset_the_paper_s_way(offline, tmp_path
         tmp_path,
         "hubdata",
         base_models={"tiny": {"path": f"hf://{MODEL}"}},
-        prompts={
-            "file": None,
-            "dataset": DATASET,
-            "config": "main",
-            "split": "train",
-            "prompt_column": "question",
-            "answer_column": "answer",
-            "id_column": None,
-            "validation": 0,
-            "test": 0,
-        },
-        evaluation={
-            "tasks": [
-                {
-                    "name": "tinymath",
-                    "dataset": DATASET,
-                    "config": "main",
-                    "prompt_column": "question",
-                    "answer_column": "answer",
-                    "metric": "exact_match",
-                    "max_new_tokens": 8,
-                }
-            ]
-        },
+        prompts=TINYMATH_PROMPTS,
+        evaluation={"tasks": [TINYMATH_TASK]},
     )
     settings = load(cfg, tmp_path)  # not downloaded yet: a note, not a problem
     assert settings.prompts.source_file() == "results/_data/sparta-test--tiny-math--main--train.parquet"
@@ -329,31 +330,7 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
         evaluation={"checkpoints": "final", "select_from": "final"},
         analysis={"enabled": False},
     )
-    tinymath = {
-        "prompts": {
-            "file": None,
-            "dataset": DATASET,
-            "config": "main",
-            "prompt_column": "question",
-            "answer_column": "answer",
-            "id_column": None,
-            "validation": 0,
-            "test": 0,
-        },
-        "evaluation": {
-            "tasks": [
-                {
-                    "name": "tinymath",
-                    "dataset": DATASET,
-                    "config": "main",
-                    "prompt_column": "question",
-                    "answer_column": "answer",
-                    "max_new_tokens": 8,
-                    "max_examples": 4,
-                }
-            ]
-        },
-    }
+    tinymath = {"prompts": TINYMATH_PROMPTS, "evaluation": {"tasks": [{**TINYMATH_TASK, "max_examples": 4}]}}
     cfg["study"] = {"seeds": [1], "experiments": {"sparta": {}}, "tasks": {"tinymath": tinymath, "arith": {}}}
     work, config = tmp_path / "work", write_config(tmp_path, cfg)
     plan = run_snakemake(work, config, "-n", "--quiet", "rules")

@@ -294,18 +294,6 @@ def load_split(dataset: str, config: str | None, split: str, manifest: str | os.
 
 def write_dataset(frame, path: str | os.PathLike) -> None:
     """A loaded split as Parquet, atomically (a killed job leaves no file that looks done)."""
-    import tempfile
+    from . import tables
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        from .files import umask
-
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    tables.write_raw(frame, path)

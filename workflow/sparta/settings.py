@@ -489,6 +489,33 @@ ADDED_HUB_DATASETS = "datasets by hub id (issue 23)"
 """What an experiment's name may be (it names folders)."""
 
 
+def rows_where_setting():
+    """The ``where`` key of a prompt set or a file task (one declaration, a field each)."""
+    return setting(
+        None,
+        help="Only the rows whose columns hold these values: {column: value or [values]} (MATH's "
+        "difficulty bins: {level: [Level 1, Level 2]}).",
+        added=ADDED_HUB_DATASETS,
+    )
+
+
+def prompt_template_setting():
+    return setting(
+        None,
+        help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
+        '{Country}"); prompt_column must still name a column of text.',
+        added=ADDED_HUB_DATASETS,
+    )
+
+
+def answer_map_setting():
+    return setting(
+        None,
+        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
+        added=ADDED_HUB_DATASETS,
+    )
+
+
 @dataclass(frozen=True)
 class PromptSettings:
     """The instruction set X, split with the seed into alignment, validation and test."""
@@ -532,23 +559,9 @@ class PromptSettings:
     per_iteration: int = setting(
         1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
     )
-    where: dict[str, Any] | None = setting(
-        None,
-        help="Only the rows whose columns hold these values: {column: value or [values]} (MATH's "
-        "difficulty bins: {level: [Level 1, Level 2]}).",
-        added=ADDED_HUB_DATASETS,
-    )
-    prompt_template: str | None = setting(
-        None,
-        help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
-        '{Country}"); prompt_column must still name a column of text.',
-        added=ADDED_HUB_DATASETS,
-    )
-    answer_map: dict[str, Any] | None = setting(
-        None,
-        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
-        added=ADDED_HUB_DATASETS,
-    )
+    where: dict[str, Any] | None = rows_where_setting()
+    prompt_template: str | None = prompt_template_setting()
+    answer_map: dict[str, Any] | None = answer_map_setting()
     too_long: Literal["skip", "stop"] = setting(
         "skip",
         help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
@@ -613,22 +626,9 @@ class TaskSpec:
     split: str = setting(
         "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
     )
-    where: dict[str, Any] | None = setting(
-        None,
-        help="Only the rows whose columns hold these values: {column: value or [values]}.",
-        added=ADDED_HUB_DATASETS,
-    )
-    prompt_template: str | None = setting(
-        None,
-        help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
-        '{Country}"); prompt_column must still name a column of text.',
-        added=ADDED_HUB_DATASETS,
-    )
-    answer_map: dict[str, Any] | None = setting(
-        None,
-        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
-        added=ADDED_HUB_DATASETS,
-    )
+    where: dict[str, Any] | None = rows_where_setting()
+    prompt_template: str | None = prompt_template_setting()
+    answer_map: dict[str, Any] | None = answer_map_setting()
     prompt_column: str = setting("prompt", help="Column holding the question.")
     answer_column: str | None = setting(
         None, help="Column holding the reference answer (exact_match) or letter (multiple_choice)."

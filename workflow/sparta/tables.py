@@ -402,12 +402,25 @@ def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
     if kind in OPTIONAL_COLUMNS_OK:
         df = df.reindex(columns=_schema(kind).names)
     table = to_arrow(df, kind)
+    write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def write_raw(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """A frame with no schema of ours (a hub dataset's split, columns as its source has them),
+    written atomically as :func:`write` writes tables."""
+    write_atomic(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def write_atomic(path: str | os.PathLike, writer) -> None:
+    """``writer(tmp)`` writes a temporary file beside ``path`` that is renamed into place
+    once complete (a killed job never leaves a file that looks complete), with the
+    permissions of any new file (the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        writer(tmp)
         os.chmod(tmp, 0o666 & ~umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
