@@ -471,11 +471,32 @@ def study_inputs(wildcards):
     return named
 
 
-def fanout_output(pattern, key="member", fanout=FANOUT):
-    """``pattern`` (with ``{key}``) as the output of one job: itself, or every member's file."""
+def fanout_output(pattern, key="member", fanout=FANOUT, members=MEMBERS):
+    """``pattern`` (with ``{key}``) as the output of one job: itself, or the file of every
+    member of the pool the job serves."""
     if fanout == "member":
         return pattern
-    return expand(pattern, **{key: MEMBERS}, allow_missing=True)
+    return expand(pattern, **{key: members}, allow_missing=True)
+
+
+def pool_rules(fanout=FANOUT):
+    """The rules of a fanned-out model stage, as (name suffix, pool, run constraint): one per
+    distinct pool. A rule's outputs are fixed when it is defined, so a job that serves a pool
+    writes exactly that pool's files: with one job per member, or the same pool in every run,
+    one rule (the stage's plain name); a study whose runs have different pools (the paper's
+    pool sizes) with fanout pool gets one rule per pool, its ``{exp}`` held to the runs of
+    that pool: the first run's pool keeps the stage's name, the k-th other pool (in order of
+    the runs) is ``<stage>_pool<k>``. Settings ``resources.<stage>`` apply to all of them; a
+    profile's per-rule set-resources names each."""
+    pools = {}
+    for run, s in RUNS.items():
+        pools.setdefault(tuple(s.member_names), []).append(run)
+    if fanout == "member" or len(pools) == 1:
+        return [("", MEMBERS, {})]
+    return [
+        (f"_pool{k}" if k else "", list(pool), {"exp": alternatives(runs)})
+        for k, (pool, runs) in enumerate(pools.items())
+    ]
 
 
 def fanout_name(prefix, key="member", fanout=FANOUT):
@@ -508,18 +529,20 @@ def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
 
 
 def model_threads(stage, fanout=FANOUT):
-    """Threads of a model job: its GPUs' CPUs on a GPU, else every core of the run for a job
-    that serves the pool, one for a job of one member, trainers included (they run side by
-    side: on 2 cores two one-thread SFT jobs took 117 s for the default's four members, one
-    two-thread job at a time 271 s, benchmarks/bench_train.py). A cluster run has no core
-    count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu cores (Slurm
-    --cpus-per-task); a profile's set-threads overrides either."""
+    """Threads of a model job: its GPUs' CPUs on a GPU, else for a job that serves the pool
+    the run's cores shared among the experiments that run side by side (one run: every core;
+    a study of 10 runs on 2 cores: one each, two pool jobs at a time: a 2-thread generation
+    job of the 135M pool used 1.2 cores), one for a job of one member, trainers included
+    (they run side by side: on 2 cores two one-thread SFT jobs took 117 s for the default's
+    four members, one two-thread job at a time 271 s, benchmarks/bench_train.py). A cluster
+    run has no core count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu
+    cores (Slurm --cpus-per-task); a profile's set-threads overrides either."""
     r = getattr(WIDE.resources, stage)
     if workflow._cores is None:
         return r.gpu * r.cpus_per_gpu if r.gpu else r.cpus_per_gpu
     if r.gpu and LOCAL_CUDA:
         return r.gpu * r.cpus_per_gpu
-    return workflow.cores if fanout == "pool" else 1
+    return max(1, workflow.cores // len(EXPERIMENTS)) if fanout == "pool" else 1
 
 
 # whether a local run's model jobs use a CUDA GPU (resources.<stage>.gpu is for a cluster; on a

@@ -32,7 +32,15 @@ def _rules() -> dict[str, str]:
     """Rule name -> its body, from every rules/*.smk."""
     out = {}
     for path in RULE_FILES:
-        parts = re.split(r"^rule (\w+):\n", path.read_text(), flags=re.M)
+        # a model stage is defined in a loop, one rule per pool (rules/common.smk pool_rules)
+        text = re.sub(
+            r'^for suffix, pool, runs in pool_rules\([^)]*\):\n    rule:\n((?:        """[\s\S]*?"""\n)?)'
+            r'        name: f"(\w+)\{suffix\}"\n',
+            lambda m: f"rule {m.group(2)}:\n{m.group(1)}",
+            path.read_text(),
+            flags=re.M,
+        )
+        parts = re.split(r"^rule (\w+):\n", text, flags=re.M)
         out.update(dict(zip(parts[1::2], parts[2::2])))
     return out
 
@@ -249,7 +257,12 @@ def test_paper_study_dag(paper_workdir):
     runs = 12 * 3
     assert counts["init_hub_member"] == 10 * 3 and counts["split_prompts"] == 3
     assert counts["evaluation_table"] == runs and counts["compare"] == 1 and counts["finalize"] == runs
-    assert counts["evaluate_member"] == 3 * 10 + 3 * (9 * 10 + 3 + 5 + 7) * 8  # shared checkpoint 0
+    # fanout pool (paper.yaml): one job per round and per evaluated checkpoint serves a run's
+    # pool; the pool sizes have rules of their own (<stage>_pool1..3), checkpoint 0 is shared
+    assert counts["evaluate_member"] == 3 + 3 * 9 * 8 and counts["combat"] == counts["judge"] == 3 * 9 * 8
+    for k in (1, 2, 3):
+        assert counts[f"evaluate_member_pool{k}"] == counts[f"combat_pool{k}"] == 3 * 8
+    assert counts["dpo"] == 3 * (9 * 10 + 3 + 5 + 7) * 8  # dpo_fanout member (paper.yaml)
     print(f"paper-scale study dry run: {seconds:.1f} s, {counts['total']} jobs")
 
 
@@ -258,13 +271,15 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     one initial pool per seed shared by every task, each task's X and evaluation from its
     source (a hub dataset, or the file the registry names), and every hub id the study loads."""
     from sparta.config import hub_ids, validate
-    from sparta.study import expand, merge
+    from sparta.study import expand, merge, run_configs
 
     configs = REPO / "workflow" / "configs"
     merged = yaml.safe_load((REPO / "config.yaml").read_text())
     for name in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml", "paper-tasks-files.yaml"):
         merged = merge(merged, yaml.safe_load((configs / name).read_text()))
     study = expand(validate(merged))
+    for run in run_configs(merged):  # each run's config as the workflow checks it (a task's
+        validate(run.config)  # overlay may unset what paper.yaml sets: config: null)
     assert len(study.experiments) == 12 * 12 * 3 and len(set(study.pools.values())) == 3
     runs = study.experiments
     gsm8k, hard = runs["paper/gsm8k/sparta-seed1"], runs["paper/math_hard/spin-seed2"]

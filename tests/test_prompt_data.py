@@ -277,6 +277,21 @@ def test_prompts_built_from_columns_and_answers_mapped_to_letters(tmp_path):
         "Is this acceptable? A. Yes B. No C. Neutral"
     )
     assert table["answer"].tolist() == ["A", "B", "C", "A", "B", "C"]  # case and spaces ignored
+    # the reference (SPIN's chosen answer) from the same column is mapped too; from another, not
+    spin = read_prompt_file(
+        normad_like(tmp_path),
+        "Story",
+        "Gold Label",
+        "ID",
+        "Gold Label",
+        template=template,
+        answer_map=letters,
+    )
+    assert spin["reference"].tolist() == spin["answer"].tolist()
+    other = read_prompt_file(
+        normad_like(tmp_path), "Story", "Gold Label", "ID", "Country", answer_map=letters
+    )
+    assert other["reference"][0] == "japan"
     with pytest.raises(PromptFileError, match=r"names column\(s\) \['Value'\]"):
         read_prompt_file(normad_like(tmp_path), "Story", template="{Story} {Value}")
     with pytest.raises(PromptFileError, match=r"answer\(s\) \['Neutral', 'neutral'\] are not keys"):

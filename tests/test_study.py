@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 METHODS = ("sparta", "self_rewarding", "meta_rewarding", "spin", "sppo")
 
 
-def study_config(base, methods=METHODS, seeds=(3,)) -> dict:
+def study_config(base, methods=METHODS, seeds=(3,), pair=False) -> dict:
     cfg = tiny_config(
         base,
         "tiny-study",
@@ -29,13 +29,15 @@ def study_config(base, methods=METHODS, seeds=(3,)) -> dict:
         evaluation={"checkpoints": "final", "select_from": "final"},
     )
     cfg["study"] = {"seeds": list(seeds), "experiments": {m: {"method": m} for m in methods}}
+    if pair:  # a pool size (Figure 3): two of the three members, fanout pool as every run here
+        cfg["study"]["experiments"]["spin_pair"] = {"method": "spin", "members": cfg["members"][:2]}
     return cfg
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, tiny_base):
     root = tmp_path_factory.mktemp("study")
-    proc = run_snakemake(root / "work", write_config(root, study_config(tiny_base)), timeout=2400)
+    proc = run_snakemake(root / "work", write_config(root, study_config(tiny_base, pair=True)), timeout=2400)
     return root / "work" / "results" / "tiny-study", proc
 
 
@@ -105,12 +107,31 @@ def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
+def test_a_smaller_pool_is_served_by_pool_jobs_of_its_own(study):
+    """fanout pool in a study with a pool size: the pair's rounds, DPO and evaluation are one
+    job each serving its two members (rule <stage>_pool1), the full pool's keep the plain
+    rule names, and the pair starts from the shared initial pool and its evaluation."""
+    out, proc = study
+    pair = out / "spin_pair-seed3"
+    for kind in ("responses", "judgments"):
+        assert sorted(p.stem for p in (pair / "iter_1/round_0" / kind).glob("*.parquet")) == ["ann", "bob"]
+    assert sorted(p.name for p in (pair / "iter_1/members").iterdir()) == ["ann", "bob"]
+    assert sorted(p.stem for p in (pair / "evaluation/checkpoint_1").glob("*.parquet")) == ["ann", "bob"]
+    assert (pair / "logs/iter_1/round_0/combat_pool.log").is_file()
+    assert not (pair / "iter_0").exists()  # checkpoint 0 and its evaluation: the shared run's
+    ran = set(re.findall(r"^rule (\w+):", proc.stdout + proc.stderr, flags=re.M))
+    assert {"combat_pool1", "judge_pool1", "dpo_pool1", "evaluate_member_pool1"} <= ran, sorted(ran)
+    assert {"combat", "judge", "dpo", "evaluate_member"} <= ran
+    selection = pd.read_csv(pair / "evaluation/selection.tsv", sep="\t")
+    assert set(selection["member"].dropna()) <= {"ann", "bob"}
+
+
 def test_comparison_and_cost(study, capsys):
     from sparta.cli import main
 
     out, _ = study
     table = tables.read(out / "comparison.parquet", "comparison")
-    assert set(table["experiment"]) == {"best init", *METHODS}
+    assert set(table["experiment"]) == {"best init", *METHODS, "spin_pair"}
     assert table["test"].between(0, 1).all() and (table["items"] > 0).all()
     sparta = table.set_index("experiment").loc["sparta"]
     assert sparta["vs_best_init_low"] <= sparta["vs_best_init"] <= sparta["vs_best_init_high"]

@@ -228,11 +228,6 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
                 problems.setdefault(
                     f"{key} differs between experiments; it is one setting of the whole study", []
                 ).append(label[exp])
-        pooled = "pool" in (settings.fanout, settings.dpo_fanout)
-        if pooled and settings.member_names != first.member_names:
-            problems.setdefault(
-                "fanout pool needs the same members in every experiment (pool sizes: fanout member)", []
-            ).append(label[exp])
     _raise_grouped(problems, list(label.values()))
     return dataclasses.replace(study, notes=tuple(dict.fromkeys(notes)))
 

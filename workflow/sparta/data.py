@@ -162,7 +162,8 @@ def read_prompt_file(
     match ``where``, when given). ``template`` builds each prompt from its row's columns
     (``{Story}``, ``{Rule-of-Thumb}``: Python format fields named by column); ``answer_map``
     maps each answer (case and spaces ignored) to what the metric reads (NormAd's yes / no /
-    neutral to the letters of the options the template lists)."""
+    neutral to the letters of the options the template lists), and the reference answer too
+    when it is read from the same column."""
     path = Path(path)
     df, records = _read_table(path, "prompt file", "prompts.file")
     if where and len(df):
@@ -204,6 +205,8 @@ def read_prompt_file(
     answers, references = texts(answer_column), texts(reference_column)
     if answer_map and answers is not None:
         answers = _mapped(answers, answer_map, path)
+        if reference_column == answer_column:  # SPIN's chosen answer: what the metric reads
+            references = answers
     return pd.DataFrame(
         {
             "prompt_id": ids.to_numpy(),

@@ -530,11 +530,14 @@ class PromptSettings:
         None,
         help="A Hugging Face hub dataset <org>/<name>[@<revision>] instead of file (downloaded by rule "
         "hub_download, written to results/_data/ by rule hub_dataset).",
-        schema={"type": "string"},
+        schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
     config: str | None = setting(
-        None, help="The hub dataset's config (subset).", schema={"type": "string"}, added=ADDED_HUB_DATASETS
+        None,
+        help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
+        schema={"type": ["string", "null"]},
+        added=ADDED_HUB_DATASETS,
     )
     split: str = setting(
         "train",
@@ -617,11 +620,14 @@ class TaskSpec:
         None,
         help="source file from a Hugging Face hub dataset <org>/<name>[@<revision>] instead of file: "
         "its split (below) is halved into validation and test, as the paper halves each test set.",
-        schema={"type": "string"},
+        schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
     config: str | None = setting(
-        None, help="The hub dataset's config (subset).", schema={"type": "string"}, added=ADDED_HUB_DATASETS
+        None,
+        help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
+        schema={"type": ["string", "null"]},
+        added=ADDED_HUB_DATASETS,
     )
     split: str = setting(
         "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
