@@ -471,32 +471,32 @@ def study_inputs(wildcards):
     return named
 
 
-def fanout_output(pattern, key="member", fanout=FANOUT, members=MEMBERS):
+# Pools: a job that serves the pool writes every member's file, and a rule's outputs are fixed
+# when it is defined: the pool of the first run (the full one: a study's shared initial pool
+# holds every member) is served by the plain rules; runs with another pool (a study's pool
+# sizes, Figure 3) under fanout pool are served one job per member by a rule of their own
+# per stage, ``<stage>_per_member`` (rules/combat.smk ...), held to those runs.
+POOL = RUNS[next(iter(RUNS))].member_names
+OTHER_POOL_RUNS = [run for run, s in RUNS.items() if set(s.member_names) != set(POOL)]
+
+
+def pool_runs(fanout=FANOUT):
+    """Wildcard constraints of a stage's plain rule: under fanout pool with pool sizes, the
+    runs of the first run's pool (else none: every run)."""
+    return {"exp": alternatives([r for r in RUNS if r not in OTHER_POOL_RUNS])} if fanout == "pool" and OTHER_POOL_RUNS else {}
+
+
+def per_member_runs(fanout=FANOUT):
+    """Whether a stage needs its ``<stage>_per_member`` rule: fanout pool with pool sizes."""
+    return fanout == "pool" and bool(OTHER_POOL_RUNS)
+
+
+def fanout_output(pattern, key="member", fanout=FANOUT):
     """``pattern`` (with ``{key}``) as the output of one job: itself, or the file of every
-    member of the pool the job serves."""
+    member of the pool (:data:`POOL`)."""
     if fanout == "member":
         return pattern
-    return expand(pattern, **{key: members}, allow_missing=True)
-
-
-def pool_rules(fanout=FANOUT):
-    """The rules of a fanned-out model stage, as (name suffix, pool, run constraint): one per
-    distinct pool. A rule's outputs are fixed when it is defined, so a job that serves a pool
-    writes exactly that pool's files: with one job per member, or the same pool in every run,
-    one rule (the stage's plain name); a study whose runs have different pools (the paper's
-    pool sizes) with fanout pool gets one rule per pool, its ``{exp}`` held to the runs of
-    that pool: the first run's pool keeps the stage's name, the k-th other pool (in order of
-    the runs) is ``<stage>_pool<k>``. Settings ``resources.<stage>`` apply to all of them; a
-    profile's per-rule set-resources names each."""
-    pools = {}
-    for run, s in RUNS.items():
-        pools.setdefault(tuple(s.member_names), []).append(run)
-    if fanout == "member" or len(pools) == 1:
-        return [("", MEMBERS, {})]
-    return [
-        (f"_pool{k}" if k else "", list(pool), {"exp": alternatives(runs)})
-        for k, (pool, runs) in enumerate(pools.items())
-    ]
+    return expand(pattern, **{key: POOL}, allow_missing=True)
 
 
 def fanout_name(prefix, key="member", fanout=FANOUT):
@@ -504,26 +504,26 @@ def fanout_name(prefix, key="member", fanout=FANOUT):
     return f"{prefix}_{{{key}}}" if fanout == "member" else f"{prefix}_pool"
 
 
-def served(wildcards, key="member", fanout=FANOUT):
-    """The members one job serves."""
-    return [getattr(wildcards, key)] if fanout == "member" else members_of(wildcards.exp)
+def served(wildcards, key="member"):
+    """The members one job serves: its member (a rule with the wildcard) or its run's pool."""
+    return [getattr(wildcards, key)] if hasattr(wildcards, key) else members_of(wildcards.exp)
 
 
-def served_names(key="member", fanout=FANOUT):
+def served_names(key="member"):
     """Param of a model job: the names of the members it serves. Its script reads its members
     from its member.json inputs alone (sparta.jobs.members); this param is only part of the
     job's record, kept so a run made before it was read no more resumes without a rerun
     (snakemake reruns a job whose params' values change)."""
-    return lambda wildcards: served(wildcards, key, fanout)
+    return lambda wildcards: served(wildcards, key)
 
 
-def served_member_jsons(key, iteration_offset=1, fanout=FANOUT):
+def served_member_jsons(key, iteration_offset=1):
     """member.json of every member a job serves, as they enter iteration t (offset 1) or
     as checkpoint t (offset 0)."""
 
     def paths(wildcards):
         t = int(wildcards.t) + 1 - iteration_offset
-        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key, fanout)]
+        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key)]
 
     return paths
 

@@ -1,34 +1,46 @@
 # Evaluation of every member of every checkpoint, and best-member selection.
 
 
-for suffix, pool, runs in pool_rules():
-    rule:
-        """A member at checkpoint t (0 = initial pool) on every task's validation and test split.
-        One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
-        name: f"evaluate_member{suffix}"
-        input:
-            members=served_member_jsons("member", iteration_offset=0),
-            validation=data("validation"),
-            test=data("test"),
-            tasks=evaluation_task_files,
+rule evaluate_member:
+    """A member at checkpoint t (0 = initial pool) on every task's validation and test split.
+    One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
+    input:
+        members=served_member_jsons("member", iteration_offset=0),
+        validation=data("validation"),
+        test=data("test"),
+        tasks=evaluation_task_files,
+    output:
+        scores=fanout_output(layout.evaluation("{exp}", "{t}", "{member}")),
+    wildcard_constraints:
+        **pool_runs(),
+    params:
+        members=served_names(),
+        **settings("runtime", "backend", "evaluation"),
+    log:
+        layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}")),
+    benchmark:
+        layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}"))
+    threads: model_threads("evaluate")
+    resources:
+        **stage_resources("evaluate"),
+    conda:
+        MODEL_ENV
+    script:
+        "../workflow/scripts/evaluate_member.py"
+
+
+if per_member_runs():  # pool sizes under fanout pool (rules/common.smk: POOL)
+
+    use rule evaluate_member as evaluate_per_member with:
         output:
-            scores=fanout_output(layout.evaluation("{exp}", "{t}", "{member}"), members=pool),
+            scores=layout.evaluation("{exp}", "{t}", "{member}"),
         wildcard_constraints:
-            **runs,
-        params:
-            members=served_names(),
-            **settings("runtime", "backend", "evaluation"),
+            exp=alternatives(OTHER_POOL_RUNS),
         log:
-            layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}")),
+            layout.log("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{t}")),
         benchmark:
-            layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}"))
-        threads: model_threads("evaluate")
-        resources:
-            **stage_resources("evaluate"),
-        conda:
-            MODEL_ENV
-        script:
-            "../workflow/scripts/evaluate_member.py"
+            layout.benchmark("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{t}"))
+        threads: model_threads("evaluate", "member")
 
 
 rule evaluation_table:

@@ -33,37 +33,53 @@ rule sft_member:
         "../workflow/scripts/sft_member.py"
 
 
-for suffix, pool, runs in pool_rules(DPO_FANOUT):
-    rule:
-        """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
-        before it, baselines.spin_history), continuing its own adapter against a frozen copy of
-        it as the reference."""
-        name: f"dpo{suffix}"
-        input:
-            preferences=trained_preferences,
-            members=served_member_jsons("member", fanout=DPO_FANOUT),
+rule dpo:
+    """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
+    before it, baselines.spin_history), continuing its own adapter against a frozen copy of
+    it as the reference."""
+    input:
+        preferences=trained_preferences,
+        members=served_member_jsons("member"),
+    output:
+        member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), fanout=DPO_FANOUT),
+        adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), fanout=DPO_FANOUT),
+        adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), fanout=DPO_FANOUT),
+        training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), fanout=DPO_FANOUT),
+    wildcard_constraints:
+        t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
+        **pool_runs(DPO_FANOUT),
+    params:
+        members=served_names(),
+        tracking=tracking,
+        method=method,
+        baselines=baselines,
+        **settings("runtime", "dpo", "lora"),
+    log:
+        layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
+    benchmark:
+        layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
+    threads: model_threads("dpo", DPO_FANOUT)
+    resources:
+        **stage_resources("dpo"),
+    conda:
+        "../envs/train.yaml"
+    script:
+        "../workflow/scripts/dpo.py"
+
+
+if per_member_runs(DPO_FANOUT):  # pool sizes under dpo_fanout pool (rules/common.smk: POOL)
+
+    use rule dpo as dpo_per_member with:
         output:
-            member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), fanout=DPO_FANOUT, members=pool),
-            adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), fanout=DPO_FANOUT, members=pool),
-            adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), fanout=DPO_FANOUT, members=pool),
-            training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), fanout=DPO_FANOUT, members=pool),
+            member=layout.member_json("{exp}", "{t}", "{member}"),
+            adapter_config=layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"),
+            adapter=layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"),
+            training_log=layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"),
         wildcard_constraints:
-            **runs,
-            t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
-        params:
-            members=served_names(fanout=DPO_FANOUT),
-            tracking=tracking,
-            method=method,
-            baselines=baselines,
-            **settings("runtime", "dpo", "lora"),
+            t=r"[1-9]\d*",
+            exp=alternatives(OTHER_POOL_RUNS),
         log:
-            layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
+            layout.log("{exp}", "dpo_{member}", t="{t}"),
         benchmark:
-            layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
-        threads: model_threads("dpo", DPO_FANOUT)
-        resources:
-            **stage_resources("dpo"),
-        conda:
-            "../envs/train.yaml"
-        script:
-            "../workflow/scripts/dpo.py"
+            layout.benchmark("{exp}", "dpo_{member}", t="{t}")
+        threads: model_threads("dpo", "member")

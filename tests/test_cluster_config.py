@@ -32,15 +32,7 @@ def _rules() -> dict[str, str]:
     """Rule name -> its body, from every rules/*.smk."""
     out = {}
     for path in RULE_FILES:
-        # a model stage is defined in a loop, one rule per pool (rules/common.smk pool_rules)
-        text = re.sub(
-            r'^for suffix, pool, runs in pool_rules\([^)]*\):\n    rule:\n((?:        """[\s\S]*?"""\n)?)'
-            r'        name: f"(\w+)\{suffix\}"\n',
-            lambda m: f"rule {m.group(2)}:\n{m.group(1)}",
-            path.read_text(),
-            flags=re.M,
-        )
-        parts = re.split(r"^rule (\w+):\n", text, flags=re.M)
+        parts = re.split(r"^rule (\w+):\n", path.read_text(), flags=re.M)
         out.update(dict(zip(parts[1::2], parts[2::2])))
     return out
 
@@ -257,11 +249,11 @@ def test_paper_study_dag(paper_workdir):
     runs = 12 * 3
     assert counts["init_hub_member"] == 10 * 3 and counts["split_prompts"] == 3
     assert counts["evaluation_table"] == runs and counts["compare"] == 1 and counts["finalize"] == runs
-    # fanout pool (paper.yaml): one job per round and per evaluated checkpoint serves a run's
-    # pool; the pool sizes have rules of their own (<stage>_pool1..3), checkpoint 0 is shared
+    # fanout pool (paper.yaml): one job per round and per evaluated checkpoint serves the full
+    # pool; the pool sizes' runs one job per member (<stage>_per_member); checkpoint 0 is shared
     assert counts["evaluate_member"] == 3 + 3 * 9 * 8 and counts["combat"] == counts["judge"] == 3 * 9 * 8
-    for k in (1, 2, 3):
-        assert counts[f"evaluate_member_pool{k}"] == counts[f"combat_pool{k}"] == 3 * 8
+    for stage in ("combat", "judge", "evaluate"):
+        assert counts[f"{stage}_per_member"] == 3 * (3 + 5 + 7) * 8
     assert counts["dpo"] == 3 * (9 * 10 + 3 + 5 + 7) * 8  # dpo_fanout member (paper.yaml)
     print(f"paper-scale study dry run: {seconds:.1f} s, {counts['total']} jobs")
 

@@ -107,20 +107,22 @@ def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_a_smaller_pool_is_served_by_pool_jobs_of_its_own(study):
-    """fanout pool in a study with a pool size: the pair's rounds, DPO and evaluation are one
-    job each serving its two members (rule <stage>_pool1), the full pool's keep the plain
-    rule names, and the pair starts from the shared initial pool and its evaluation."""
+def test_a_smaller_pool_is_served_by_jobs_of_its_own(study):
+    """fanout pool in a study with a pool size: the full pool's rounds, DPO and evaluation are
+    one job each (the plain rules), the pair's one job per member (<stage>_per_member: a rule's
+    outputs are fixed), and the pair starts from the shared initial pool and its evaluation."""
     out, proc = study
     pair = out / "spin_pair-seed3"
     for kind in ("responses", "judgments"):
         assert sorted(p.stem for p in (pair / "iter_1/round_0" / kind).glob("*.parquet")) == ["ann", "bob"]
     assert sorted(p.name for p in (pair / "iter_1/members").iterdir()) == ["ann", "bob"]
     assert sorted(p.stem for p in (pair / "evaluation/checkpoint_1").glob("*.parquet")) == ["ann", "bob"]
-    assert (pair / "logs/iter_1/round_0/combat_pool.log").is_file()
+    assert (pair / "logs/iter_1/round_0/combat_ann.log").is_file()
+    assert (out / "sparta-seed3/logs/iter_1/round_0/combat_pool.log").is_file()
     assert not (pair / "iter_0").exists()  # checkpoint 0 and its evaluation: the shared run's
-    ran = set(re.findall(r"^rule (\w+):", proc.stdout + proc.stderr, flags=re.M))
-    assert {"combat_pool1", "judge_pool1", "dpo_pool1", "evaluate_member_pool1"} <= ran, sorted(ran)
+    ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, flags=re.M))
+    per_member = {f"{stage}_per_member" for stage in ("combat", "judge", "dpo", "evaluate")}
+    assert per_member <= ran, sorted(ran)
     assert {"combat", "judge", "dpo", "evaluate_member"} <= ran
     selection = pd.read_csv(pair / "evaluation/selection.tsv", sep="\t")
     assert set(selection["member"].dropna()) <= {"ann", "bob"}
