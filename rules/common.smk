@@ -472,11 +472,14 @@ def study_inputs(wildcards):
 
 
 # Pools: a job that serves the pool writes every member's file, and a rule's outputs are fixed
-# when it is defined: the pool of the first run (the full one: a study's shared initial pool
-# holds every member) is served by the plain rules; runs with another pool (a study's pool
-# sizes, Figure 3) under fanout pool are served one job per member by a rule of their own
-# per stage, ``<stage>_per_member`` (rules/combat.smk ...), held to those runs.
-POOL = RUNS[next(iter(RUNS))].member_names
+# when it is defined: the pool most runs use is served by the plain rules; runs with another
+# pool (a study's pool sizes, Figure 3; the shared initial pool when no experiment uses all its
+# members) under fanout pool are served one job per member by a rule of their own per stage,
+# ``<stage>_per_member`` (rules/combat.smk ...), held to those runs.
+_POOLS = {}
+for _run, _s in RUNS.items():
+    _POOLS.setdefault(frozenset(_s.member_names), (_s.member_names, []))[1].append(_run)
+POOL = max(_POOLS.values(), key=lambda pool: len(pool[1]))[0]  # the first of the most used
 OTHER_POOL_RUNS = [run for run, s in RUNS.items() if set(s.member_names) != set(POOL)]
 
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 METHODS = ("sparta", "self_rewarding", "meta_rewarding", "spin", "sppo")
 
 
-def study_config(base, methods=METHODS, seeds=(3,), pair=False) -> dict:
+def study_config(base, methods=METHODS, seeds=(3,), other_pool=False) -> dict:
     cfg = tiny_config(
         base,
         "tiny-study",
@@ -29,15 +29,17 @@ def study_config(base, methods=METHODS, seeds=(3,), pair=False) -> dict:
         evaluation={"checkpoints": "final", "select_from": "final"},
     )
     cfg["study"] = {"seeds": list(seeds), "experiments": {m: {"method": m} for m in methods}}
-    if pair:  # a pool size (Figure 3): two of the three members, fanout pool as every run here
-        cfg["study"]["experiments"]["spin_pair"] = {"method": "spin", "members": cfg["members"][:2]}
+    if other_pool:  # another pool (Figure 3's pool sizes): two of the members and a plain fourth
+        other = [*cfg["members"][:2], {"name": "dan", "base": "tiny"}]
+        cfg["study"]["experiments"]["spin_other"] = {"method": "spin", "members": other}
     return cfg
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory, tiny_base):
     root = tmp_path_factory.mktemp("study")
-    proc = run_snakemake(root / "work", write_config(root, study_config(tiny_base, pair=True)), timeout=2400)
+    cfg = write_config(root, study_config(tiny_base, other_pool=True))
+    proc = run_snakemake(root / "work", cfg, timeout=2400)
     return root / "work" / "results" / "tiny-study", proc
 
 
@@ -78,7 +80,7 @@ def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
     shared = out / "_init-seed3"
     assert (shared / "iter_0/members/ann/adapter/adapter_model.safetensors").is_file()
     assert not any((out / f"{m}-seed3" / "iter_0" / "members").exists() for m in METHODS)
-    assert len(list((shared / "evaluation/checkpoint_0").glob("*.parquet"))) == 3
+    assert len(list((shared / "evaluation/checkpoint_0").glob("*.parquet"))) == 4  # and spin_other's dan
     # a study of two experiments and two seeds: two SFT members, so 4 SFT jobs, not 8
     cfg = write_config(tmp_path, study_config(tiny_base, ("sparta", "spin"), seeds=(1, 2)))
     dry = subprocess.run(
@@ -107,25 +109,29 @@ def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
 
 
-def test_a_smaller_pool_is_served_by_jobs_of_its_own(study):
-    """fanout pool in a study with a pool size: the full pool's rounds, DPO and evaluation are
-    one job each (the plain rules), the pair's one job per member (<stage>_per_member: a rule's
-    outputs are fixed), and the pair starts from the shared initial pool and its evaluation."""
+def test_another_pool_is_served_by_jobs_of_its_own(study):
+    """fanout pool in a study with another pool: the pool most runs use is served one job
+    per round, DPO and evaluation (the plain rules); the other pool's run, and the shared
+    initial pool that holds both pools' members, one job per member (<stage>_per_member: a
+    rule's outputs are fixed); the other run starts from the shared pool and its evaluation."""
     out, proc = study
-    pair = out / "spin_pair-seed3"
+    other = out / "spin_other-seed3"
     for kind in ("responses", "judgments"):
-        assert sorted(p.stem for p in (pair / "iter_1/round_0" / kind).glob("*.parquet")) == ["ann", "bob"]
-    assert sorted(p.name for p in (pair / "iter_1/members").iterdir()) == ["ann", "bob"]
-    assert sorted(p.stem for p in (pair / "evaluation/checkpoint_1").glob("*.parquet")) == ["ann", "bob"]
-    assert (pair / "logs/iter_1/round_0/combat_ann.log").is_file()
+        found = sorted(p.stem for p in (other / "iter_1/round_0" / kind).glob("*.parquet"))
+        assert found == ["ann", "bob", "dan"], (kind, found)
+    assert sorted(p.name for p in (other / "iter_1/members").iterdir()) == ["ann", "bob", "dan"]
+    evaluated = sorted(p.stem for p in (other / "evaluation/checkpoint_1").glob("*.parquet"))
+    assert evaluated == ["ann", "bob", "dan"]
+    assert (other / "logs/iter_1/round_0/combat_dan.log").is_file()
     assert (out / "sparta-seed3/logs/iter_1/round_0/combat_pool.log").is_file()
-    assert not (pair / "iter_0").exists()  # checkpoint 0 and its evaluation: the shared run's
+    assert (out / "_init-seed3/logs/evaluation/checkpoint_0/evaluate_dan.log").is_file()
+    assert not (other / "iter_0/members").exists()  # checkpoint 0 and its evaluation: the shared run's
     ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, flags=re.M))
     per_member = {f"{stage}_per_member" for stage in ("combat", "judge", "dpo", "evaluate")}
     assert per_member <= ran, sorted(ran)
     assert {"combat", "judge", "dpo", "evaluate_member"} <= ran
-    selection = pd.read_csv(pair / "evaluation/selection.tsv", sep="\t")
-    assert set(selection["member"].dropna()) <= {"ann", "bob"}
+    selection = pd.read_csv(other / "evaluation/selection.tsv", sep="\t")
+    assert set(selection["member"].dropna()) <= {"ann", "bob", "dan"}
 
 
 def test_comparison_and_cost(study, capsys):
@@ -133,7 +139,8 @@ def test_comparison_and_cost(study, capsys):
 
     out, _ = study
     table = tables.read(out / "comparison.parquet", "comparison")
-    assert set(table["experiment"]) == {"best init", *METHODS, "spin_pair"}
+    # the run with another pool is compared with its own pool's best initial member
+    assert set(table["experiment"]) == {"best init", *METHODS, "spin_other", "best init (spin_other)"}
     assert table["test"].between(0, 1).all() and (table["items"] > 0).all()
     sparta = table.set_index("experiment").loc["sparta"]
     assert sparta["vs_best_init_low"] <= sparta["vs_best_init"] <= sparta["vs_best_init_high"]
