@@ -337,7 +337,7 @@ def held_out_accuracy(wildcards):
 
 def optional_evaluation(wildcards):
     """The evaluation scores when evaluation is on; analyses and plots work without them."""
-    return layout.evaluation_file(wildcards.exp, "scores.parquet") if run_of(wildcards).evaluation.enabled else []
+    return layout.evaluation_file(wildcards.exp, layout.SCORES) if run_of(wildcards).evaluation.enabled else []
 
 
 REPORT_FIGURES = (
@@ -384,7 +384,7 @@ def outputs_of(exp):
     s, init = RUNS[exp], init_of(exp)
     evaluation = []
     if s.evaluation.enabled:
-        evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", "selection.parquet", "scores.parquet")]
+        evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", layout.SELECTION, layout.SCORES)]
         evaluation += evaluations_of(exp)
     analysis = []
     if s.analysis.enabled:
@@ -394,7 +394,7 @@ def outputs_of(exp):
     return [
         *evaluation,
         *analysis,
-        layout.run_file(exp, "settings.yaml"),
+        layout.run_file(exp, layout.SETTINGS),
         layout.run_file(exp, "reputation_history.parquet"),
         layout.run_file(exp, "final_state.parquet"),
         layout.initial_state(exp),
@@ -410,7 +410,7 @@ def final_outputs():
     if STUDY.is_study and any(s.evaluation.enabled for s in STUDY.experiments.values()):
         study = [
             layout.study_file(STUDY.name, f)
-            for f in ("comparison.tsv", "comparison.parquet", "cost.parquet", "comparison.png")
+            for f in ("comparison.tsv", layout.COMPARISON, layout.COST, "comparison.png")
         ]
     # the converted bases every member is made from (shared by every run: results/_bases/),
     # and the manifest of the hub downloads
@@ -462,7 +462,7 @@ def study_inputs(wildcards):
         named[f"evaluations:{exp}"] = [
             evaluation_of(exp, c, m) for c in evaluated_checkpoints(exp)[1:] for m in members_of(exp)
         ]
-        named[f"selection:{exp}"] = layout.evaluation_file(exp, "selection.parquet")
+        named[f"selection:{exp}"] = layout.evaluation_file(exp, layout.SELECTION)
         for kind in layout.MEMBER_TABLES:
             for t in iterations_of(exp):
                 named[f"{kind}:{exp}:{t}"] = [

@@ -50,8 +50,8 @@ rule evaluation_table:
     input:
         all_evaluations,
     output:
-        scores=layout.evaluation_file("{exp}", "scores.parquet"),
-        selection=layout.evaluation_file("{exp}", "selection.parquet"),
+        scores=layout.evaluation_file("{exp}", layout.SCORES),
+        selection=layout.evaluation_file("{exp}", layout.SELECTION),
         table=report(
             layout.evaluation_file("{exp}", "selection.tsv"),
             caption="../workflow/report/selection.rst",

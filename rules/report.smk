@@ -5,7 +5,7 @@
 rule record_settings:
     """Every setting of the run with its defaults filled in (what `sparta config` prints)."""
     output:
-        settings=layout.run_file("{exp}", "settings.yaml"),
+        settings=layout.run_file("{exp}", layout.SETTINGS),
     params:
         # and, for a config of its own pool, what it still takes from config.yaml's toy
         settings=lambda wc: {
@@ -152,13 +152,13 @@ rule compare:
     input:
         unpack(study_inputs),
     output:
-        comparison=layout.study_file("{study}", "comparison.parquet"),
+        comparison=layout.study_file("{study}", layout.COMPARISON),
         table=report(
             layout.study_file("{study}", "comparison.tsv"),
             caption="../workflow/report/comparison.rst",
             category="Study",
         ),
-        cost=layout.study_file("{study}", "cost.parquet"),
+        cost=layout.study_file("{study}", layout.COST),
     params:
         runs=study_runs,
     log:
@@ -174,8 +174,8 @@ rule compare_figure:
     """The study's figure: every experiment's difference to best init with its interval, and
     the inference each spent."""
     input:
-        comparison=layout.study_file("{study}", "comparison.parquet"),
-        cost=layout.study_file("{study}", "cost.parquet"),
+        comparison=layout.study_file("{study}", layout.COMPARISON),
+        cost=layout.study_file("{study}", layout.COST),
     output:
         report(layout.study_file("{study}", "comparison.png"), caption="../workflow/report/comparison_figure.rst", category="Study"),
     log:

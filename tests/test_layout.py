@@ -72,6 +72,29 @@ def test_run_folder(tmp_path):
     assert [p.name for p in layout.rounds_of(run.iteration(1))] == ["round_0", "round_1"]
     assert len(layout.round_files(run.iteration(1), "state.parquet")) == 2
     assert layout.run_folders(tmp_path) == [run.path]
+    assert run.settings == run.path / "settings.yaml"
+    assert run.at(layout.evaluation_file, layout.SELECTION) == run.path / "evaluation" / "selection.parquet"
+
+
+def test_no_path_of_a_run_is_built_outside_the_layout():
+    """The iter_/round_/checkpoint_ folders and the run's evaluation, settings and study files
+    are named by sparta.layout only (rules and scripts call it)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    built = re.compile(
+        r"""f["'][^"']*\b(iter|round|checkpoint)_\{|["'/](settings\.yaml|selection\.parquet|scores\.parquet|"""
+        r"""comparison\.parquet|cost\.parquet)["']|/ *["']evaluation["']"""
+    )
+    found = [
+        f"{path.relative_to(root)}:{n}: {line.strip()}"
+        for path in [*root.glob("workflow/**/*.py"), *root.glob("rules/*.smk")]
+        if path.name != "layout.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if built.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert found == []
 
 
 def test_one_member_type_and_the_study_settings(tiny_base):

@@ -571,3 +571,94 @@ def test_label_accuracy_of_no_pairs_is_an_empty_table():
     out = analysis.collective_label_accuracy(tables.empty("preferences"), duel_rows(), "number")
     assert len(out) == 0
     tables.to_arrow(out, "label_accuracy")
+
+
+def _tiny_backend(tiny_base, names):
+    from sparta.backends import open_backend
+    from sparta.members import MemberSpec
+    from sparta.settings import BackendSettings, Runtime
+
+    specs = [MemberSpec(n, str(tiny_base)) for n in names]
+    return specs, open_backend(BackendSettings(), Runtime(device="cpu", dtype="float32"), specs)
+
+
+def test_sparta_judging_on_a_tiny_model(tiny_base):
+    """Sparta's judge job without Snakemake: of the pool ann, bob, cat, only cat may judge the
+    duel ann vs bob; it scores both answers (pointwise, expected: one request each, a score on
+    1-10, nothing generated), and a job serving only ann or bob writes nothing."""
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    duels = duel_rows().assign(model_a="ann", model_b="bob")
+    d = duels["duel_id"][0]
+    resp = pd.concat([answers(d, "ann", ["4"]), answers(d, "bob", ["5"])], ignore_index=True)
+    cfg = JudgeSettings(mode="expected", max_length=2048, batch_size=4)
+    specs, backend = _tiny_backend(tiny_base, ["ann", "bob", "cat"])
+    method = get("sparta")
+    run = _judge_run(duels, resp, cfg, BaselineSettings(), backend, specs)
+    method.judge(run)
+    table = run.table(method)
+    assert list(table["judge"]) == ["cat", "cat"] and list(table["target"]) == ["ann", "bob"]
+    assert table["score"].between(1, 10).all() and list(table["requests"]) == [1, 1]
+    assert list(table["generated_tokens"]) == [0, 0] and (table["prompt_tokens"] > 0).all()
+    assert set(table["defences"]) == {"secret_labels,datamark,plain_text,fence"}
+    run = _judge_run(duels, resp, cfg, BaselineSettings(), backend, specs[:2])
+    method.judge(run)
+    assert run.table(method).empty
+
+
+def test_self_rewarding_averages_sampled_judgments_on_a_tiny_model(tiny_base):
+    """Self-rewarding in generate mode on a tiny model: each of the member's 2 answers judged
+    judge_samples = 3 times; one row per answer with the 3 texts, the mean of the usable
+    scores (None when none parsed), 3 requests and the generated tokens of all three."""
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "It is 5."])
+    cfg = JudgeSettings(mode="generate", max_length=2048, batch_size=4, max_new_tokens=5)
+    specs, backend = _tiny_backend(tiny_base, ["ann"])
+    method = get("self_rewarding")
+    run = _judge_run(duels, resp, cfg, BaselineSettings(judge_samples=3), backend, specs)
+    method.judge(run)
+    table = run.table(method)
+    assert list(table["sample"]) == [0, 1] and set(table["judge"]) == {"ann"}
+    assert list(table["requests"]) == [3, 3] and (table["generated_tokens"] > 3).all()
+    for row in table.itertuples(index=False):
+        raw = json.loads(row.raw)
+        assert len(raw["samples"]) == 3
+        usable = [s for s in raw["scores"] if s is not None]
+        assert (
+            (row.score is None or pd.isna(row.score))
+            if not usable
+            else row.score == pytest.approx(sum(usable) / len(usable))
+        )
+
+
+def test_sppo_annotator_compares_every_two_answers_in_both_orders_on_a_tiny_model(tiny_base):
+    """SPPO's annotator on a tiny model: K = 3 answers, every two compared in both orders
+    (6 requests in all, 2 per answer), win probabilities that average to 1/2 over the K
+    answers (each pair's probabilities sum to 1, the answer itself counts 1/2); the prompt's
+    tokens are shared over its answers in whole parts that sum to the total."""
+    from sparta.methods.sppo import share
+
+    assert share(10, 3) == [4, 3, 3] and share(6, 3) == [2, 2, 2] and sum(share(7, 5)) == 7
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp = answers(d, "ann", ["4", "5", "The answer is 4."])
+    cfg = JudgeSettings(max_length=2048, batch_size=4)
+    specs, backend = _tiny_backend(tiny_base, ["ann"])
+    sppo = get("sppo")
+    run = _judge_run(duels, resp, cfg, BaselineSettings(annotator=None), backend, specs)
+    sppo.judge(run)
+    table = run.table(sppo)
+    assert set(table["judge"]) == {"annotator"} and list(table["sample"]) == [0, 1, 2]
+    assert table["requests"].sum() == 6 and set(table["format"]) == {"pairwise"}
+    rates = [(s - 1) / 9 for s in table["score"]]
+    assert sum(rates) / 3 == pytest.approx(0.5) and all(1 / 6 <= r <= 5 / 6 for r in rates)
+    p = json.loads(table.iloc[0].raw)["p_beats"]
+    assert sorted(p) == ["0>1", "0>2", "1>2"]

@@ -72,3 +72,12 @@ def test_method_choices_are_the_registered_methods():
     from sparta.methods import METHODS
 
     assert typing.get_args(typing.get_type_hints(Settings)["method"]) == METHODS
+
+
+def test_metric_choices_are_the_registered_scorers():
+    import typing
+
+    from sparta.evaluate import SCORERS
+    from sparta.settings import TaskSpec
+
+    assert set(typing.get_args(typing.get_type_hints(TaskSpec)["metric"])) == set(SCORERS)

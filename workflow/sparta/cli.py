@@ -115,7 +115,7 @@ def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
 
     from .train import preference_dataset
 
-    settings = run / "settings.yaml"
+    settings = layout.RunFolder(run).settings
     if not settings.is_file():
         raise CLIError(f"--trl needs the run's settings ({settings}) for its system prompt")
     system = (yaml.safe_load(settings.read_text()) or {}).get("system_prompt")
@@ -251,7 +251,7 @@ def cmd_compare(args):
     from .compare import format_table
 
     folder = Path(args.study)
-    path = folder / "comparison.parquet"
+    path = folder / layout.COMPARISON
     if not path.exists():
         raise CLIError(
             f"no comparison in {folder}: run the study to its end (snakemake --configfile <study>.yaml)"
@@ -260,7 +260,7 @@ def cmd_compare(args):
     if args.json:
         return table
     text = format_table(table)
-    cost_path = folder / "cost.parquet"
+    cost_path = folder / layout.COST
     if cost_path.exists():
         spent = tables.read(cost_path, "cost")
         text += "\ninference per iteration (mean over seeds):\n" + spent.to_string(index=False)

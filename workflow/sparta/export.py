@@ -43,7 +43,7 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
     or the member the evaluation selected on validation for task ``best`` (the ``selected``
     stage of the selection; ``best final`` in runs from before it existed)."""
     if best is not None:
-        path = run / "evaluation" / "selection.parquet"
+        path = layout.RunFolder(run).at(layout.evaluation_file, layout.SELECTION)
         if not path.exists():
             raise ExportError(f"--best needs the evaluation's selection ({path}): run the evaluation first")
         selection = tables.read(path, "selection")
@@ -89,7 +89,7 @@ def folder_digest(folder: str | os.PathLike) -> str:
 
 
 def run_settings(run: Path) -> dict:
-    path = run / "settings.yaml"
+    path = layout.RunFolder(run).settings
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
@@ -168,7 +168,7 @@ def wilson(score: float, n: int, metric: str) -> tuple[float, float] | None:
 
 def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
     """The member's evaluation scores: task, metric, split, score, n, 95% interval."""
-    path = run / "evaluation" / "scores.parquet"
+    path = layout.RunFolder(run).at(layout.evaluation_file, layout.SCORES)
     if not path.exists():
         return []
     scores = tables.read(path, "scores")
@@ -191,7 +191,9 @@ def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
 def selections_of(run: Path, name: str, checkpoint: int) -> list[dict]:
     """The selection rows that picked this checkpoint (selected, best final, best initial), each
     with the number of candidates that tied with it on validation (1: no tie)."""
-    sel_path, scores_path = run / "evaluation" / "selection.parquet", run / "evaluation" / "scores.parquet"
+    folder = layout.RunFolder(run)
+    sel_path = folder.at(layout.evaluation_file, layout.SELECTION)
+    scores_path = folder.at(layout.evaluation_file, layout.SCORES)
     if not sel_path.exists():
         return []
     sel = tables.read(sel_path, "selection")
@@ -318,7 +320,7 @@ def model_card(
                 f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
                 f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"
             )
-    elif (run / "evaluation" / "selection.parquet").exists():
+    elif layout.RunFolder(run).at(layout.evaluation_file, layout.SELECTION).exists():
         lines.append("- not the evaluation's selection for any task (exported by name)")
     lines += ["", "## Base model", ""]
     if provenance["kind"] == "hub":

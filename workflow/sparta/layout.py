@@ -41,6 +41,15 @@ MEMBER_TABLES = ("responses", "judgments")
 TRAINED_FILES = ("adapter/adapter_config.json", "adapter/adapter_model.safetensors", "training_log.parquet")
 """What a checkpoint sparta trained holds beside its member.json."""
 
+SETTINGS = "settings.yaml"
+"""Every setting of a run, defaults filled in (rule record_settings)."""
+SELECTION = "selection.parquet"
+SCORES = "scores.parquet"
+"""The evaluation tables of a run (:func:`evaluation_file`)."""
+COMPARISON = "comparison.parquet"
+COST = "cost.parquet"
+"""A study's comparison and inference cost (:func:`study_file`)."""
+
 _ITERATION = re.compile(r"iter_(\d+)")
 
 
@@ -241,6 +250,15 @@ class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
+    def at(self, where, *args) -> Path:
+        """The path that a layout function above gives a run, in this folder:
+        ``at(evaluation_file, SELECTION)``, ``at(run_file, SETTINGS)``."""
+        return self.path / Path(where("x", *args)).relative_to(run_dir("x"))
+
+    @property
+    def settings(self) -> Path:
+        return self.at(run_file, SETTINGS)
+
     def is_run(self) -> bool:
         """Whether the folder is a run's: its initial pool (``iter_0/``) is there."""
         return self.iteration(0).is_dir()
@@ -257,12 +275,12 @@ class RunFolder:
 
     def states(self) -> list[Path]:
         """The initial state, then every round's, in name order (existing ones only)."""
-        first = self.path / Path(initial_state("x")).relative_to(run_dir("x"))
+        first = self.at(initial_state)
         states = sorted(self.path.glob(f"{iteration_name('*')}/{round_name('*')}/state.parquet"))
         return [p for p in [first, *states] if p.exists()]
 
     def member_json(self, c, member) -> Path:
-        return self.path / Path(member_json("x", c, member)).relative_to(run_dir("x"))
+        return self.at(member_json, c, member)
 
     def checkpoints(self, member) -> list[int]:
         """The checkpoints of a member present in the folder, in order."""

@@ -499,6 +499,16 @@ def rows_where_setting():
     )
 
 
+def hub_config_setting():
+    """The ``config`` key of a hub prompt set or task (one declaration, a field each)."""
+    return setting(
+        None,
+        help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
+        schema={"type": ["string", "null"]},
+        added=ADDED_HUB_DATASETS,
+    )
+
+
 def prompt_template_setting():
     return setting(
         None,
@@ -533,12 +543,7 @@ class PromptSettings:
         schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
-    config: str | None = setting(
-        None,
-        help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
-        schema={"type": ["string", "null"]},
-        added=ADDED_HUB_DATASETS,
-    )
+    config: str | None = hub_config_setting()
     split: str = setting(
         "train",
         help="The hub dataset's split that is the prompt set (the paper's X: train).",
@@ -623,12 +628,7 @@ class TaskSpec:
         schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
-    config: str | None = setting(
-        None,
-        help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
-        schema={"type": ["string", "null"]},
-        added=ADDED_HUB_DATASETS,
-    )
+    config: str | None = hub_config_setting()
     split: str = setting(
         "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
     )
@@ -894,7 +894,9 @@ class Settings:
             return base
         if spec.path is not None:
             return spec.path
-        return f"results/_bases/{base}"
+        from .layout import base_dir
+
+        return base_dir(base)
 
     def to_dict(self) -> dict:
         """The resolved settings as plain data (what ``sparta config`` prints)."""

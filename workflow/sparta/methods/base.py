@@ -117,6 +117,17 @@ class JudgeRun:
                 out[i] = j
         return out
 
+    def judged(self, asked: list[tuple], judge_fn, cfg, seed_of, *extra) -> list:
+        """:meth:`run` with a judging function of :mod:`sparta.judging`:
+        ``judge_fn(served, items, cfg, system, seeds, *extra)``, the items being the last entry
+        of each asked tuple and ``seed_of(position in asked)`` their seeds."""
+        return self.run(
+            asked,
+            lambda served, group: judge_fn(
+                served, [asked[i][-1] for i in group], cfg, self.system, [seed_of(i) for i in group], *extra
+            ),
+        )
+
     def add(self, judge: str, duel: str, target: str, sample: int, j, kind: str = "score") -> None:
         self.rows.append(
             {

@@ -88,16 +88,12 @@ class MetaRewarding(SelfRewarding):
             judgments = [each[i * n_each : i * n_each + n] for *_, i in chosen]
         else:
             again = [(spec, duel, k, asked[i][3]) for spec, duel, k, i in chosen for _ in range(n)]
-            texts = run.run(
+            texts = run.judged(
                 again,
-                lambda served, group: judge_answers(
-                    served,
-                    [again[g][3] for g in group],
-                    sampled,
-                    run.system,
-                    [run.seed(again[g][0].name, again[g][1], again[g][2], "meta", g % n) for g in group],
-                    rubric,
-                ),
+                judge_answers,
+                sampled,
+                lambda g: run.seed(again[g][0].name, again[g][1], again[g][2], "meta", g % n),
+                rubric,
             )
             judgments = [texts[c * n : (c + 1) * n] for c in range(len(chosen))]
         users = [

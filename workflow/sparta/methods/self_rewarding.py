@@ -47,16 +47,12 @@ class SelfRewarding(Method):
         n = run.baselines.judge_samples if run.cfg.mode == "generate" and not run.reference else 1
         rubric = RUBRICS[run.baselines.judge_prompt]
         each = [a for a in asked for _ in range(n)]
-        judged_each = run.run(
+        judged_each = run.judged(
             each,
-            lambda served, group: judge_answers(
-                served,
-                [each[i][3] for i in group],
-                run.cfg,
-                run.system,
-                [run.seed(each[i][0].name, *each[i][1:3], *([i % n] if i % n else [])) for i in group],
-                rubric,
-            ),
+            judge_answers,
+            run.cfg,
+            lambda i: run.seed(each[i][0].name, *each[i][1:3], *([i % n] if i % n else [])),
+            rubric,
         )
         judged = [mean_judgment(judged_each[i : i + n]) for i in range(0, len(each), n)]
         for (spec, duel, k, _), j in zip(asked, judged):

@@ -50,16 +50,7 @@ class Sparta(Method):
                     asked.append(
                         (spec, d.duel_id, target, JudgeItem(d.prompt, run.text[(d.duel_id, target, 0)]))
                     )
-        judged = run.run(
-            asked,
-            lambda served, group: judge_duels(
-                served,
-                [asked[i][3] for i in group],
-                run.cfg,
-                run.system,
-                [run.seed(asked[i][0].name, *asked[i][1:3]) for i in group],
-            ),
-        )
+        judged = run.judged(asked, judge_duels, run.cfg, lambda i: run.seed(asked[i][0].name, *asked[i][1:3]))
         for (spec, duel, target, _), j in zip(asked, judged):
             run.add(spec.name, duel, target, 0, j)
 

@@ -48,16 +48,7 @@ class SPPO(Method):
                         (annotator, d.duel_id, spec.name, (i, j), items[0]),
                         (annotator, d.duel_id, spec.name, (i, j), items[1]),
                     ]
-        judged = run.run(
-            asked,
-            lambda served, group: judge_duels(
-                served,
-                [asked[i][4] for i in group],
-                pairwise,
-                run.system,
-                [run.seed("annotator", *asked[i][1:4]) for i in group],
-            ),
-        )
+        judged = run.judged(asked, judge_duels, pairwise, lambda i: run.seed("annotator", *asked[i][1:4]))
         if run.reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
             for k in range(0, len(asked), 2):
                 p = reference_win_probability(judged[k].score, judged[k + 1].score)
@@ -74,7 +65,9 @@ class SPPO(Method):
             )
         for (member, duel), p in beats.items():
             samples = sorted({x for pair in p for x in pair})
-            for k, w in win_rates(p, samples).items():
+            # the prompt's tokens and requests shared over its K answers, summing to the totals
+            tok, req = (share(total[(member, duel)], len(samples)) for total in (tokens, requests))
+            for q, (k, w) in enumerate(win_rates(p, samples).items()):
                 raw = json.dumps({"win_rate": w, "p_beats": {f"{i}>{j}": v for (i, j), v in p.items()}})
                 run.add(
                     "annotator",
@@ -87,8 +80,8 @@ class SPPO(Method):
                         None,
                         False,
                         False,
-                        tokens[(member, duel)] // len(samples),
-                        requests[(member, duel)] // len(samples),  # K (K - 1) requests over K answers
+                        tok[q],
+                        req[q],  # K (K - 1) requests over K answers
                     ),
                 )
 
@@ -98,6 +91,12 @@ class SPPO(Method):
 
     def loss(self, baselines) -> str:
         return baselines.sppo_loss
+
+
+def share(total: int, k: int) -> list[int]:
+    """``total`` split into ``k`` whole parts that differ by at most one and sum to it."""
+    base, extra = divmod(total, k)
+    return [base + (q < extra) for q in range(k)]
 
 
 def win_rates(p_beats: dict[tuple[int, int], float], samples: list[int]) -> dict[int, float]:
