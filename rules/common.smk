@@ -520,15 +520,14 @@ def served_names(key="member"):
     return lambda wildcards: served(wildcards, key)
 
 
-def served_member_jsons(key, iteration_offset=1):
-    """member.json of every member a job serves, as they enter iteration t (offset 1) or
-    as checkpoint t (offset 0)."""
+def served_member_jsons(key):
+    """member.json of every member a job of iteration {t} serves, as they enter it."""
+    return lambda wildcards: [member_json(wildcards, member=m) for m in served(wildcards, key)]
 
-    def paths(wildcards):
-        t = int(wildcards.t) + 1 - iteration_offset
-        return [member_json(wildcards, member=m, t=t) for m in served(wildcards, key)]
 
-    return paths
+def checkpoint_member_jsons(key):
+    """member.json of every member a job serves at checkpoint {c} (0: the initial pool)."""
+    return lambda wildcards: [checkpoint_json(wildcards.exp, m, int(wildcards.c)) for m in served(wildcards, key)]
 
 
 def model_threads(stage, fanout=FANOUT):

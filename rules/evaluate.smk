@@ -2,24 +2,24 @@
 
 
 rule evaluate_member:
-    """A member at checkpoint t (0 = initial pool) on every task's validation and test split.
+    """A member at checkpoint c (0 = initial pool) on every task's validation and test split.
     One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
     input:
-        members=served_member_jsons("member", iteration_offset=0),
+        members=checkpoint_member_jsons("member"),
         validation=data("validation"),
         test=data("test"),
         tasks=evaluation_task_files,
     output:
-        scores=fanout_output(layout.evaluation("{exp}", "{t}", "{member}")),
+        scores=fanout_output(layout.evaluation("{exp}", "{c}", "{member}")),
     wildcard_constraints:
         **pool_runs(),
     params:
         members=served_names(),
         **settings("runtime", "backend", "evaluation"),
     log:
-        layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}")),
+        layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}")),
     benchmark:
-        layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{t}"))
+        layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}"))
     threads: model_threads("evaluate")
     resources:
         **stage_resources("evaluate"),
@@ -33,13 +33,13 @@ if per_member_runs():  # pool sizes under fanout pool (rules/common.smk: POOL)
 
     use rule evaluate_member as evaluate_per_member with:
         output:
-            scores=layout.evaluation("{exp}", "{t}", "{member}"),
+            scores=layout.evaluation("{exp}", "{c}", "{member}"),
         wildcard_constraints:
             exp=alternatives(OTHER_POOL_RUNS),
         log:
-            layout.log("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{t}")),
+            layout.log("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{c}")),
         benchmark:
-            layout.benchmark("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{t}"))
+            layout.benchmark("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{c}"))
         threads: model_threads("evaluate", "member")
 
 

@@ -56,8 +56,8 @@ def run_sequential(
         for row in plan.itertuples(index=False):
             state.round = int(row.round)
             rng = rng_for(seed, t, state.round, STREAM_OPPONENTS)
-            ia = state.index[row.model_a]
-            a, b = row.model_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)[0]]
+            ia = state.index[row.member_a]
+            a, b = row.member_a, state.members[pick_opponent(ia, np.array(state.reputation), match, rng)[0]]
             ya, yb = respond(a, row.prompt), respond(b, row.prompt)
             judges = [k for k in state.members if k not in (a, b)]
             # a judge counts only if both of its scores are usable; weights as the params say

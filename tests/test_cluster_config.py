@@ -262,7 +262,7 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     """paper.yaml, paper-study.yaml and the task registry: 12 tasks x 12 experiments x 3 seeds,
     one initial pool per seed shared by every task, each task's X and evaluation from its
     source (a hub dataset, or the file the registry names), and every hub id the study loads."""
-    from sparta.config import hub_ids, validate
+    from sparta.config import _check_method, hub_ids, validate
     from sparta.study import expand, merge, run_configs
 
     configs = REPO / "workflow" / "configs"
@@ -272,6 +272,8 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     study = expand(validate(merged))
     for run in run_configs(merged):  # each run's config as the workflow checks it (a task's
         validate(run.config)  # overlay may unset what paper.yaml sets: config: null)
+    # what each method needs of its task (SPIN: a reference answer per prompt), for every run
+    assert {e: p for e, s in study.experiments.items() if (p := _check_method(s, REPO, []))} == {}
     assert len(study.experiments) == 12 * 12 * 3 and len(set(study.pools.values())) == 3
     runs = study.experiments
     gsm8k, hard = runs["paper/gsm8k/sparta-seed1"], runs["paper/math_hard/spin-seed2"]
@@ -284,6 +286,8 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     assert (
         hard.prompts.where == {"level": ["Level 4", "Level 5"]} and hard.evaluation.tasks[0].answer == "boxed"
     )
+    medqa = runs["paper/medqa/spin-seed1"].prompts
+    assert "{options[D]}" in medqa.prompt_template and medqa.reference_column == "answer_idx"
     tqa = runs["paper/truthfulqa/sparta-seed3"].evaluation.tasks[0]
     assert (tqa.options_column, tqa.metric, tqa.max_examples) == ("mc1_targets.choices", "truthfulqa_mc", 400)
     assert runs["paper/alpaca/sparta-seed1"].evaluation.judge.base == "hf://Qwen/Qwen2.5-7B-Instruct"

@@ -24,14 +24,14 @@ def one_duel(scores: dict, a="m0", b="m1"):
             "prompt_id": ["p"],
             "prompt": ["2+2?"],
             "answer": ["4"],
-            "model_a": [a],
-            "model_b": [b],
+            "member_a": [a],
+            "member_b": [b],
         }
     )
     responses = pd.DataFrame(
         {
             "duel_id": ["t01-00000"] * 2,
-            "model": [a, b],
+            "member": [a, b],
             "response": ["4", "5"],
             "n_tokens": 1,
             "finish_reason": "stop",
@@ -107,7 +107,7 @@ def test_downweighting_judge_or_combatant():
         scores = {("m2", "m0"): 8.0, ("m3", "m0"): 8.0, ("m2", "m1"): 5.0, ("m3", "m1"): 5.0}
         hist, prefs, _ = aggregate_round(s, *one_duel(scores), p)
         row = hist.iloc[0]
-        assert row.outcome == "a" and prefs.iloc[0].chosen_model == "m0", target
+        assert row.outcome == "a" and prefs.iloc[0].chosen_member == "m0", target
         assert row.gap == (3.0 if target == "judge" else -5.0)
         assert row.reputation_a_after - row.reputation_a_before == pytest.approx(change, abs=1e-12)
 
@@ -193,15 +193,15 @@ def test_matchmaking_is_replayable_from_the_duels_table():
     duels = match_round(plan_iteration(prompts, members, 800, 1, 5, 1), members, rep, params, 5, 0)
     back = tables.to_arrow(duels, "duels").to_pandas()
     for d in back.itertuples(index=False):
-        others = [m for m in members if m != d.model_a]
+        others = [m for m in members if m != d.member_a]
         candidates = list(d.opponent_candidates)
-        assert d.model_b in candidates
+        assert d.member_b in candidates
         if d.opponent_branch == "uniform":
             assert candidates == sorted(others)
         else:
-            distance = sorted(abs(rep[m] - rep[d.model_a]) for m in others)
+            distance = sorted(abs(rep[m] - rep[d.member_a]) for m in others)
             assert len(candidates) == 3
-            assert all(abs(rep[m] - rep[d.model_a]) <= distance[2] for m in candidates)
+            assert all(abs(rep[m] - rep[d.member_a]) <= distance[2] for m in candidates)
     uniform = int((back["opponent_branch"] == "uniform").sum())
     n = len(back)
     # two-sided binomial check: within 4 standard deviations of n * alpha

@@ -16,8 +16,8 @@ def _history():
                 "iteration": 1 + i // 2,
                 "round": 0,
                 "duel_id": f"t0{1 + i // 2}-{i:05d}",
-                "model_a": a,
-                "model_b": b,
+                "member_a": a,
+                "member_b": b,
                 "score_a": 6.0,
                 "score_b": 5.0,
                 "n_judges": 1,
@@ -209,8 +209,8 @@ def test_label_accuracy_draws_each_judge_and_reputation_bands_never_hide_the_mov
     history = pd.DataFrame(  # moves of 0.002 under deviations of 0.1: no band, said on the axis
         {
             "iteration": [1, 1],
-            "model_a": ["x", "y"],
-            "model_b": ["y", "x"],
+            "member_a": ["x", "y"],
+            "member_b": ["y", "x"],
             "reputation_a_before": [100.0, 99.999],
             "reputation_a_after": [100.002, 100.0],
             "reputation_b_before": [100.0, 100.002],

@@ -29,7 +29,7 @@ def test_every_trained_checkpoint_keeps_its_trainer_log(run_a):
         if stage == "dpo":
             assert steps["rewards_accuracies"].between(0, 1).all() and steps["rewards_margins"].notna().all()
             assert (log["examples"] == len(pd.read_parquet(run / f"iter_{t}/preferences.parquet"))).all()
-    gathered = tables.read(run / "analysis/training.parquet", "training_log")
+    gathered = tables.read(run / "analysis/training.parquet", "training")
     assert set(gathered["member"]) == {"ann", "bob", "cid"} and set(gathered["iteration"]) == {0, 1, 2}
 
 

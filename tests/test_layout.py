@@ -40,8 +40,8 @@ def test_wildcards_give_the_rules_patterns():
     assert (
         layout.benchmark("{exp}", "init_{member}", t=0) == "results/{exp}/benchmarks/iter_0/init_{member}.tsv"
     )
-    assert layout.log("{exp}", "evaluate_pool", where=layout.checkpoint_where("{t}")) == (
-        "results/{exp}/logs/evaluation/checkpoint_{t}/evaluate_pool.log"
+    assert layout.log("{exp}", "evaluate_pool", where=layout.checkpoint_where("{c}")) == (
+        "results/{exp}/logs/evaluation/checkpoint_{c}/evaluate_pool.log"
     )
     assert layout.log("{exp}", layout.pair_accuracy_name("{t}"), where="analysis") == (
         "results/{exp}/logs/analysis/pair_accuracy_iter_{t}.log"

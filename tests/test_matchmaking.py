@@ -40,7 +40,7 @@ def test_first_combatants_are_balanced_per_block():
     members = [f"m{i}" for i in range(5)]
     plan = plan_iteration(prompts(23), members, 23, 3, seed=7, iteration=2)
     for start in range(0, 20, 5):
-        assert sorted(plan["model_a"][start : start + 5]) == members
+        assert sorted(plan["member_a"][start : start + 5]) == members
     assert plan["round"].tolist() == [0] * 8 + [1] * 8 + [2] * 7
     assert round_sizes(7, 3) == [3, 2, 2]
 
@@ -63,8 +63,8 @@ def test_duel_table_fits_schema_and_ids_are_unique():
 def test_never_pairs_a_member_with_itself(m, seed, alpha, k, reps):
     members = [f"m{i}" for i in range(m)]
     d = duels_for(members, reps[:m], 2 * m + 1, seed, MatchSettings(alpha=alpha, top_k=k))
-    assert (d["model_a"] != d["model_b"]).all()
-    assert set(d["model_b"]) <= set(members)
+    assert (d["member_a"] != d["member_b"]).all()
+    assert set(d["member_b"]) <= set(members)
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,7 +78,7 @@ def test_alpha_zero_draws_only_among_k_closest(m, seed, k, reps):
     reps = np.array(reps[:m])
     members = [f"m{i}" for i in range(m)]
     d = duels_for(members, reps, 3 * m, seed, MatchSettings(alpha=0.0, top_k=k))
-    for a, b in zip(d["model_a"], d["model_b"]):
+    for a, b in zip(d["member_a"], d["member_b"]):
         i, j = members.index(a), members.index(b)
         others = np.delete(np.abs(reps - reps[i]), i)
         kth = np.sort(others)[min(k, m - 1) - 1]
@@ -89,18 +89,18 @@ def test_alpha_zero_with_k1_picks_the_closest():
     members = ["a", "b", "c", "d"]
     d = duels_for(members, [100, 150, 104, 300], 40, seed=3, params=MatchSettings(alpha=0, top_k=1))
     closest = {"a": "c", "b": "c", "c": "a", "d": "b"}
-    assert all(closest[a] == b for a, b in zip(d["model_a"], d["model_b"]))
+    assert all(closest[a] == b for a, b in zip(d["member_a"], d["member_b"]))
 
 
 def test_alpha_one_and_ablations_reach_everyone():
     members = ["a", "b", "c", "d", "e"]
     reps = [100, 101, 102, 500, 900]
     far = duels_for(members, reps, 200, seed=5, params=MatchSettings(alpha=1.0, top_k=1))
-    assert set(far[far["model_a"] == "a"]["model_b"]) == {"b", "c", "d", "e"}
+    assert set(far[far["member_a"] == "a"]["member_b"]) == {"b", "c", "d", "e"}
     no_topk = duels_for(members, reps, 200, 5, MatchSettings(alpha=0.0, top_k=1, top_k_restriction=False))
-    assert set(no_topk[no_topk["model_a"] == "a"]["model_b"]) == {"b", "c", "d", "e"}
+    assert set(no_topk[no_topk["member_a"] == "a"]["member_b"]) == {"b", "c", "d", "e"}
     no_rand = duels_for(members, reps, 200, 5, MatchSettings(alpha=1.0, top_k=1, randomness=False))
-    assert set(no_rand[no_rand["model_a"] == "a"]["model_b"]) == {"b"}
+    assert set(no_rand[no_rand["member_a"] == "a"]["member_b"]) == {"b"}
 
 
 @settings(max_examples=30, deadline=None)

@@ -34,7 +34,7 @@ def answers(duel, member, texts):
     return pd.DataFrame(
         {
             "duel_id": duel,
-            "model": member,
+            "member": member,
             "sample": range(len(texts)),
             "response": texts,
             "n_tokens": 1,
@@ -59,7 +59,7 @@ def scores(duel, member, values, kind="score", raw=""):
 
 def test_a_baseline_member_fights_itself_on_every_prompt():
     duels = duel_rows(prompts=("a?", "b?"))
-    assert list(duels["model_a"]) == list(duels["model_b"]) == ["ann", "ann"]
+    assert list(duels["member_a"]) == list(duels["member_b"]) == ["ann", "ann"]
     assert duels["duel_id"].is_unique and set(duels["opponent_branch"]) == {"self"}
     tables.to_arrow(duels, "duels")
 
@@ -589,7 +589,7 @@ def test_sparta_judging_on_a_tiny_model(tiny_base):
     from sparta.methods import get
     from sparta.settings import BaselineSettings, JudgeSettings
 
-    duels = duel_rows().assign(model_a="ann", model_b="bob")
+    duels = duel_rows().assign(member_a="ann", member_b="bob")
     d = duels["duel_id"][0]
     resp = pd.concat([answers(d, "ann", ["4"]), answers(d, "bob", ["5"])], ignore_index=True)
     cfg = JudgeSettings(mode="expected", max_length=2048, batch_size=4)

@@ -296,3 +296,31 @@ def test_prompts_built_from_columns_and_answers_mapped_to_letters(tmp_path):
         read_prompt_file(normad_like(tmp_path), "Story", template="{Story} {Value}")
     with pytest.raises(PromptFileError, match=r"answer\(s\) \['Neutral', 'neutral'\] are not keys"):
         read_prompt_file(normad_like(tmp_path), "Story", "Gold Label", answer_map={"yes": "A", "no": "B"})
+
+
+def test_medqa_alignment_prompts_list_the_options_as_evaluation_does(tmp_path):
+    """paper-tasks.yaml's MedQA prompts (X) from a row shaped as the hub holds it: the question
+    with its lettered options, the same text evaluation's multiple-choice prompt shows (mapping
+    cells as such or as JSON text); a row missing an option names its row."""
+    import yaml
+
+    from sparta.evaluate import mc_prompt
+
+    p = yaml.safe_load((REPO / "workflow/configs/paper-tasks.yaml").read_text())["study"]["tasks"]["medqa"]
+    p = p["prompts"]
+    options = [{"A": "Aspirin", "B": "Heparin", "C": "Warfarin", "D": "Rest"}] * 2
+    path = tmp_path / "medqa.jsonl"
+    rows = [
+        {"question": "Which drug?", "options": options[0], "answer_idx": "B", "answer": "Heparin"},
+        {"question": "Which one?", "options": json.dumps(options[1]), "answer_idx": "D", "answer": "Rest"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cols = (p["prompt_column"], p["answer_column"], p["id_column"], p["reference_column"])
+    table = read_prompt_file(path, *cols, template=p["prompt_template"])
+    want = ["Aspirin", "Heparin", "Warfarin", "Rest"]
+    assert table["prompt"].tolist() == [mc_prompt("Which drug?", want), mc_prompt("Which one?", want)]
+    assert table["answer"].tolist() == table["reference"].tolist() == ["B", "D"]
+    rows[1]["options"] = {"A": "x", "B": "y", "C": "z"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(PromptFileError, match="cannot be filled from row 2"):
+        read_prompt_file(path, *cols, template=p["prompt_template"])

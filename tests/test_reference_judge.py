@@ -71,7 +71,7 @@ def test_reference_judged_runs_of_sparta_self_rewarding_and_sppo(tmp_path, tiny_
         assert len(judged) and set(judged["format"]) == set(judged["defences"]) == {"reference"}
         answer = dict(zip(duels["duel_id"], duels["answer"]))
         text = dict(
-            zip(zip(responses["duel_id"], responses["model"], responses["sample"]), responses["response"])
+            zip(zip(responses["duel_id"], responses["member"], responses["sample"]), responses["response"])
         )
         if method == "sppo":  # win rates over a member's samples, right over wrong = 1
             assert judged["score"].between(1, 10).all()

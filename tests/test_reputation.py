@@ -186,14 +186,14 @@ def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
             "prompt_id": ["p"],
             "prompt": ["2+2?"],
             "answer": ["4"],
-            "model_a": [a],
-            "model_b": [b],
+            "member_a": [a],
+            "member_b": [b],
         }
     )
     responses = pd.DataFrame(
         {
             "duel_id": [duel_id] * 2,
-            "model": [a, b],
+            "member": [a, b],
             "response": ["4", "5"],
             "n_tokens": [1, 1],
             "finish_reason": ["stop", "stop"],
@@ -231,7 +231,7 @@ def test_aggregate_round_makes_pair_and_updates():
     )
     hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
     assert counts["a"] == 1
-    assert prefs.loc[0, "chosen"] == "4" and prefs.loc[0, "chosen_model"] == "m0"
+    assert prefs.loc[0, "chosen"] == "4" and prefs.loc[0, "chosen_member"] == "m0"
     # m3's score of b is null, so m3 is left out of both sides: both means are m2's alone
     assert prefs.loc[0, "chosen_score"] == pytest.approx(9.0)
     assert prefs.loc[0, "rejected_score"] == pytest.approx(3.0)

@@ -45,14 +45,14 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                 [
                     {
                         "duel_id": d.duel_id,
-                        "model": m,
+                        "member": m,
                         "response": respond(m, d.prompt),
                         "n_tokens": 1,
                         "finish_reason": "stop",
                         "sample": 0,
                     }
                     for d in duels.itertuples()
-                    for m in (d.model_a, d.model_b)
+                    for m in (d.member_a, d.member_b)
                 ]
             )
             judgments = pd.DataFrame(
@@ -76,8 +76,8 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
                     }
                     for k in MEMBERS
                     for d in duels.itertuples()
-                    if k not in (d.model_a, d.model_b)
-                    for m in (d.model_a, d.model_b)
+                    if k not in (d.member_a, d.member_b)
+                    for m in (d.member_a, d.member_b)
                 ]
             )
             # every stage hands its table over through Parquet, as in the workflow

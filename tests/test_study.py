@@ -61,9 +61,9 @@ def test_every_method_writes_the_same_tables(study):
             assert prefs["trainee"].isna().all() and (responses["sample"] == 0).all()
             continue
         assert set(prefs["trainee"].dropna()) <= {"ann", "bob", "cid"} and prefs["trainee"].notna().all()
-        assert (prefs["chosen_model"] == prefs["trainee"]).all()
+        assert (prefs["chosen_member"] == prefs["trainee"]).all()
         samples = 1 if method == "spin" else 2
-        assert responses.groupby(["duel_id", "model"]).size().eq(samples).all(), method
+        assert responses.groupby(["duel_id", "member"]).size().eq(samples).all(), method
     spin = tables.read(out / "spin-seed3/iter_1/preferences.parquet", "preferences")
     duels = tables.read(out / "spin-seed3/iter_1/round_0/duels.parquet", "duels")
     assert set(spin["chosen"]) <= set(duels["reference"])  # SPIN's chosen: the reference solutions

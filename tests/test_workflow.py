@@ -76,7 +76,7 @@ def test_outputs_of_a_whole_run(run_a):
     assert judgments["score"].notna().all()  # expected mode always gives a score
     assert (judgments["judge"] != judgments["target"]).all()
     prefs = read_all(work, f"{EXP}/iter_*/preferences.parquet")
-    assert len(prefs) > 0 and (prefs["chosen_model"] != prefs["rejected_model"]).all()
+    assert len(prefs) > 0 and (prefs["chosen_member"] != prefs["rejected_member"]).all()
     assert (prefs["chosen_score"] > prefs["rejected_score"]).all()
     kept = history[history["outcome"].isin(["a", "b"])]
     assert sorted(kept["duel_id"]) == sorted(prefs["duel_id"])
@@ -125,7 +125,7 @@ def test_pool_jobs_serve_every_member(run_a):
     assert (work / EXP / "logs/iter_1/dpo_pool.log").is_file()
     assert (work / EXP / "logs/evaluation/checkpoint_2/evaluate_pool.log").is_file()
     responses = read_all(work, f"{EXP}/iter_1/round_0/responses/*.parquet")
-    assert responses.groupby("_file")["model"].nunique().eq(1).all()  # one member per file
+    assert responses.groupby("_file")["member"].nunique().eq(1).all()  # one member per file
 
 
 def test_recovery_after_kill_9_reruns_nothing_finished(run_a, run_b):
@@ -304,7 +304,7 @@ def test_cli_on_a_finished_run(run_a, capsys):
     pairs = json.loads(capsys.readouterr().out)
     prefs = pd.read_parquet(run / "iter_1" / "preferences.parquet")
     assert len(pairs) == len(prefs) and {"disagreement", "chosen", "margin"} <= set(pairs[0])
-    member = prefs["chosen_model"].iloc[0]
+    member = prefs["chosen_member"].iloc[0]
     assert main(["pairs", str(run / "iter_1"), "--member", member, "--min-margin", "0"]) == 0
     assert member in capsys.readouterr().out
     assert main(["standings", str(run), "--json"]) == 0

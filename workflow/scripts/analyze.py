@@ -31,24 +31,24 @@ tables.write(hacking, out.reward_hacking, "reward_hacking")
 if cfg.answer and duels["answer"].notna().any():
     actor = prefs[prefs["kind"] == "actor"]
     label = analysis.collective_label_accuracy(actor, duels, cfg.answer)
-    judge_acc = tables.empty("label_accuracy")  # judges of other members' answers: Sparta's
+    judge_acc = tables.empty("judge_label_accuracy")  # judges of other members' answers: Sparta's
     if get(sm.params.method).judges_label_accuracy:
         judge_acc = analysis.judges_label_accuracy(judgments, duels, responses, cfg.answer)
 else:
     log.info("no ground truth for the alignment prompts: label accuracy skipped")
-    label = judge_acc = tables.empty("label_accuracy")
+    label, judge_acc = tables.empty("label_accuracy"), tables.empty("judge_label_accuracy")
 tables.write(label, out.label_accuracy, "label_accuracy")
-tables.write(judge_acc, out.judge_accuracy, "label_accuracy")
+tables.write(judge_acc, out.judge_label_accuracy, "judge_label_accuracy")
 
 training = tables.read_many(inp.training_logs, "training_log")
-tables.write(training, out.training, "training_log")
+tables.write(training, out.training, "training")
 pair_accuracy = tables.read_many(inp.pair_accuracy, "pair_accuracy")
 tables.write(pair_accuracy, out.pair_accuracy, "pair_accuracy")
 standings = analysis.standings(states)
 tables.write(standings, out.standings, "standings")
 evaluation = tables.read(inp.evaluation, "scores") if inp.evaluation else None
 corr = analysis.reputation_vs_performance(standings, evaluation)
-tables.write(corr, out.correlation, "correlation")
+tables.write(corr, out.reputation_vs_performance, "reputation_vs_performance")
 with pd.option_context("display.width", 160):
     log.info("diversity:\n%s", diversity.to_string(index=False))
     log.info("label accuracy:\n%s", label.to_string(index=False))

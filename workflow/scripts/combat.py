@@ -19,7 +19,7 @@ duels = tables.read(sm.input.duels, "duels")
 specs, backend = served_members(sm, job)
 asked = []  # (member, duel id, prompt, sample) in member order, then play order
 for spec in specs:
-    mine = duels[(duels["model_a"] == spec.name) | (duels["model_b"] == spec.name)]
+    mine = duels[(duels["member_a"] == spec.name) | (duels["member_b"] == spec.name)]
     asked += [(spec, d, p, k) for d, p in zip(mine["duel_id"], mine["prompt"]) for k in range(n)]
 
 
@@ -39,7 +39,7 @@ for group in by_base([a[0] for a in asked]):
 rows = pd.DataFrame(
     {
         "duel_id": [d for _, d, _, _ in asked],
-        "model": [spec.name for spec, *_ in asked],
+        "member": [spec.name for spec, *_ in asked],
         "sample": [k for *_, k in asked],
         "response": [o.text for o in outs],
         "n_tokens": [o.n_tokens for o in outs],
@@ -47,7 +47,7 @@ rows = pd.DataFrame(
     }
 )
 for spec, out in zip(specs, as_list(sm.output.responses)):
-    mine = rows[rows["model"] == spec.name] if len(rows) else tables.empty("responses")
+    mine = rows[rows["member"] == spec.name] if len(rows) else tables.empty("responses")
     tables.write(mine, out, "responses")
     cut = int((mine["finish_reason"] == "length").sum())
     log.info("%s answered %d prompts (%d hit max_new_tokens)", spec.name, len(mine), cut)

@@ -41,6 +41,6 @@ for task in tasks:
 rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
 for spec, path in zip(specs, as_list(sm.output.scores)):
     out = rows[rows["member"] == spec.name].copy()
-    out["checkpoint"] = int(sm.wildcards.t)
+    out["checkpoint"] = int(sm.wildcards.c)
     out["prediction"] = out["prediction"].astype(str)
     tables.write(out, path, "evaluation")

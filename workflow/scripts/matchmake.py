@@ -20,5 +20,5 @@ method = get(sm.params.method)  # Sparta's match-making, or every member against
 plan = plan_iteration(prompts, members, n, method.rounds(job), seed, t, sm.params.schedule)
 duels = method.duels(plan, members, state.reputations(), mm, seed, t, r)
 tables.write(duels, sm.output.duels, "duels")
-pairs = duels.groupby(["model_a", "model_b"]).size().to_dict()
+pairs = duels.groupby(["member_a", "member_b"]).size().to_dict()
 log.info("iteration %d round %d (%s): %d duels; pairs %s", t, r, sm.params.method, len(duels), pairs)

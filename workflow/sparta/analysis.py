@@ -60,11 +60,11 @@ def bleu(candidate: str, reference: str, max_n: int = 4) -> float:
 def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> pd.DataFrame:
     """Diversity of the two answers of every duel (a baseline's: a member's first two answers
     to a prompt): one row per duel."""
-    text = {(r.duel_id, r.model, int(r.sample)): r.response for r in responses.itertuples(index=False)}
+    text = {(r.duel_id, r.member, int(r.sample)): r.response for r in responses.itertuples(index=False)}
     rows = []
     for d in duels.itertuples(index=False):
-        second = (d.duel_id, d.model_b, 1 if d.model_a == d.model_b else 0)
-        a, b = text.get((d.duel_id, d.model_a, 0)), text.get(second)
+        second = (d.duel_id, d.member_b, 1 if d.member_a == d.member_b else 0)
+        a, b = text.get((d.duel_id, d.member_a, 0)), text.get(second)
         if a is None or b is None:
             continue
         rows.append(
@@ -111,7 +111,7 @@ def judge_label_accuracy(
     """Per judge: on duels where exactly one answer is right, how often the judge scored the
     right one higher (ties count as neither)."""
     right = {
-        (r.duel_id, r.model): metrics.exact_match(r.response, ans, kind)
+        (r.duel_id, r.member): metrics.exact_match(r.response, ans, kind)
         for r, ans in zip(
             responses.itertuples(index=False), responses["duel_id"].map(duels.set_index("duel_id")["answer"])
         )
@@ -121,11 +121,11 @@ def judge_label_accuracy(
     rows = []
     scores = judgments.dropna(subset=["score"]).set_index(["duel_id", "judge", "target"])["score"]
     for d in duels.itertuples(index=False):
-        ra, rb = right.get((d.duel_id, d.model_a)), right.get((d.duel_id, d.model_b))
+        ra, rb = right.get((d.duel_id, d.member_a)), right.get((d.duel_id, d.member_b))
         if ra is None or rb is None or ra == rb:
             continue
         for judge in judgments.loc[judgments["duel_id"] == d.duel_id, "judge"].unique():
-            sa, sb = scores.get((d.duel_id, judge, d.model_a)), scores.get((d.duel_id, judge, d.model_b))
+            sa, sb = scores.get((d.duel_id, judge, d.member_a)), scores.get((d.duel_id, judge, d.member_b))
             if sa is None or sb is None or sa == sb:
                 continue
             ok = (sa > sb) == ra

@@ -55,7 +55,7 @@ def disagreement(prefs: pd.DataFrame, judgments: pd.DataFrame) -> pd.Series:
     for p in prefs.itertuples(index=False):
         votes = []
         for judge in judgments.loc[judgments["duel_id"] == p.duel_id, "judge"].unique():
-            c, r = s.get((p.duel_id, judge, p.chosen_model)), s.get((p.duel_id, judge, p.rejected_model))
+            c, r = s.get((p.duel_id, judge, p.chosen_member)), s.get((p.duel_id, judge, p.rejected_member))
             if c is not None and r is not None:
                 votes.append(r > c)
         out.append(sum(votes) / len(votes) if votes else float("nan"))
@@ -82,7 +82,7 @@ def cmd_pairs(args) -> pd.DataFrame:
 
         prefs = pairs_of(prefs, args.trainee)
     if args.member:
-        prefs = prefs[(prefs["chosen_model"] == args.member) | (prefs["rejected_model"] == args.member)]
+        prefs = prefs[(prefs["chosen_member"] == args.member) | (prefs["rejected_member"] == args.member)]
     if args.min_margin is not None:
         prefs = prefs[prefs["margin"] >= args.min_margin]
     if args.max_margin is not None:
@@ -92,8 +92,8 @@ def cmd_pairs(args) -> pd.DataFrame:
     cols = [
         "duel_id",
         "prompt",
-        "chosen_model",
-        "rejected_model",
+        "chosen_member",
+        "rejected_member",
         "chosen_score",
         "rejected_score",
         "margin",
@@ -182,7 +182,7 @@ def cmd_show(args) -> dict:
     responses = _read_files(sorted(rnd.glob("responses/*.parquet")), "responses")
     judgments = _read_files(sorted(rnd.glob("judgments/*.parquet")), "judgments")
     history = _read_files(sorted(rnd.glob("history.parquet")), "history")
-    answers = responses[responses["duel_id"] == args.duel_id].set_index("model")["response"].to_dict()
+    answers = responses[responses["duel_id"] == args.duel_id].set_index("member")["response"].to_dict()
     js = judgments[judgments["duel_id"] == args.duel_id]
     h = history[history["duel_id"] == args.duel_id]
     return {
@@ -190,10 +190,10 @@ def cmd_show(args) -> dict:
         "iteration": int(d["iteration"]),
         "round": int(d["round"]),
         "prompt": d["prompt"],
-        "model_a": d["model_a"],
-        "model_b": d["model_b"],
-        "answer_a": answers.get(d["model_a"]),
-        "answer_b": answers.get(d["model_b"]),
+        "member_a": d["member_a"],
+        "member_b": d["member_b"],
+        "answer_a": answers.get(d["member_a"]),
+        "answer_b": answers.get(d["member_b"]),
         "judgments": [
             {
                 "judge": r.judge,
@@ -314,7 +314,7 @@ def _print(result, as_json: bool) -> None:
         with pd.option_context("display.width", 200, "display.max_columns", None):
             print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         return
-    for key in ("duel_id", "iteration", "round", "prompt", "model_a", "answer_a", "model_b", "answer_b"):
+    for key in ("duel_id", "iteration", "round", "prompt", "member_a", "answer_a", "member_b", "answer_b"):
         print(f"{key:>9}: {result[key]}")
     print(f"  outcome: {result['outcome']}  (score a {result['score_a']}, score b {result['score_b']})")
     for j in result["judgments"]:

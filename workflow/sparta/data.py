@@ -219,18 +219,34 @@ def read_prompt_file(
 
 
 def _filled(template: str, df: pd.DataFrame, path: Path) -> list[str]:
-    """``template`` filled with each row's columns (a missing value: empty text)."""
+    """``template`` filled with each row's columns (a missing value: empty text). A field may
+    index into a mapping or list column (``{options[A]}``: MedQA's lettered options), held
+    as such or as its JSON text."""
+    import re
     import string
 
-    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    missing = sorted(fields - set(df.columns))
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
+    used = {re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields}
+    missing = sorted(used - set(df.columns))
     if missing:
         raise PromptFileError(
             f"prompt file {path}: prompt_template names column(s) {missing} it does not have; "
             f"columns are {list(df.columns)}"
         )
-    rows = df[sorted(fields)].astype(object).where(df[sorted(fields)].notna(), "")
-    return [template.format_map(row) for row in rows.to_dict("records")]
+    indexed = {re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields if f not in df.columns}
+    rows = df[sorted(used)].astype(object).where(df[sorted(used)].notna(), "")
+    out = []
+    for n, row in enumerate(rows.to_dict("records"), 1):
+        for column in indexed:
+            if isinstance(row[column], str) and row[column][:1] in "{[":
+                row[column] = json.loads(row[column])
+        try:
+            out.append(template.format_map(row))
+        except (KeyError, IndexError, TypeError, AttributeError) as e:
+            raise PromptFileError(
+                f"prompt file {path}: prompt_template cannot be filled from row {n} ({type(e).__name__}: {e})"
+            ) from None
+    return out
 
 
 def _mapped(answers: list, answer_map: dict, path: Path) -> list:

@@ -45,7 +45,7 @@ def _trajectory(history: pd.DataFrame, member: str):
     steps, rep, dev = [], [], []
     for i, h in enumerate(history.itertuples(index=False), start=1):
         for side in ("a", "b"):
-            if getattr(h, f"model_{side}") != member:
+            if getattr(h, f"member_{side}") != member:
                 continue
             if not steps:
                 steps.append(0)
@@ -62,7 +62,7 @@ def _trajectory(history: pd.DataFrame, member: str):
 
 
 def members_of(history: pd.DataFrame) -> list[str]:
-    return sorted(set(history["model_a"]) | set(history["model_b"]))
+    return sorted(set(history["member_a"]) | set(history["member_b"]))
 
 
 def reputation(history: pd.DataFrame):
@@ -108,9 +108,9 @@ def win_matrix(history: pd.DataFrame) -> pd.DataFrame:
     wins = pd.DataFrame(0, index=members, columns=members)
     for h in history.itertuples(index=False):
         if h.outcome == "a":
-            wins.loc[h.model_a, h.model_b] += 1
+            wins.loc[h.member_a, h.member_b] += 1
         elif h.outcome == "b":
-            wins.loc[h.model_b, h.model_a] += 1
+            wins.loc[h.member_b, h.member_a] += 1
     return wins
 
 

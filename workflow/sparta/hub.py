@@ -219,15 +219,15 @@ def write_manifest(rows: list[dict], path: str | os.PathLike) -> None:
 
     from . import tables
 
-    frame = pd.DataFrame(rows, columns=tables.columns("hub_manifest"))
-    tables.write(frame, path, "hub_manifest")
+    frame = pd.DataFrame(rows, columns=tables.columns("manifest"))
+    tables.write(frame, path, "manifest")
 
 
 @functools.cache
 def _manifest(path: str, stamp: float) -> dict[str, dict]:
     from . import tables
 
-    return {row["id"]: row for row in tables.read(path, "hub_manifest").to_dict("records")}
+    return {row["id"]: row for row in tables.read(path, "manifest").to_dict("records")}
 
 
 def read_manifest(path: str | os.PathLike | None = None) -> dict[str, dict]:

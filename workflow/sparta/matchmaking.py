@@ -150,7 +150,7 @@ def plan_iteration(
     plan["iteration"] = iteration
     plan["round"] = np.repeat(np.arange(len(sizes)), sizes)
     plan["position"] = np.arange(len(drawn))
-    plan["model_a"] = [members[i] for i in firsts]
+    plan["member_a"] = [members[i] for i in firsts]
     return plan
 
 
@@ -200,7 +200,7 @@ def match_round(
         return tables.empty("duels")
     iteration = int(rows["iteration"].iloc[0])
     rng = rng_for(seed, iteration, round_, STREAM_OPPONENTS)
-    picks = [pick_opponent(index[a], rep, params, rng) for a in rows["model_a"]]
+    picks = [pick_opponent(index[a], rep, params, rng) for a in rows["member_a"]]
     return pd.DataFrame(
         {
             "iteration": rows["iteration"].astype("int32").to_numpy(),
@@ -210,8 +210,8 @@ def match_round(
             "prompt": rows["prompt"].astype(str).to_numpy(),
             "answer": rows["answer"].to_numpy() if "answer" in rows else None,
             "reference": rows["reference"].to_numpy() if "reference" in rows else None,
-            "model_a": rows["model_a"].to_numpy(),
-            "model_b": [members[j] for j, _, _ in picks],
+            "member_a": rows["member_a"].to_numpy(),
+            "member_b": [members[j] for j, _, _ in picks],
             "opponent_branch": [branch for _, branch, _ in picks],
             "opponent_candidates": [[members[c] for c in pool] for _, _, pool in picks],
         }

@@ -453,8 +453,8 @@ def settle_duel(state, duel_id, a, b, s_a, s_b, n_judges, dropped, params) -> tu
         "iteration": state.iteration,
         "round": state.round,
         "duel_id": duel_id,
-        "model_a": a,
-        "model_b": b,
+        "member_a": a,
+        "member_b": b,
         "score_a": float("nan") if s_a is None else s_a,
         "score_b": float("nan") if s_b is None else s_b,
         "n_judges": n_judges,
@@ -488,8 +488,8 @@ def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcom
         "prompt": prompt,
         "chosen": ya if won_a else yb,
         "rejected": yb if won_a else ya,
-        "chosen_model": a if won_a else b,
-        "rejected_model": b if won_a else a,
+        "chosen_member": a if won_a else b,
+        "rejected_member": b if won_a else a,
         "chosen_score": s_a if won_a else s_b,
         "rejected_score": s_b if won_a else s_a,
         "margin": abs(s_a - s_b),
@@ -507,9 +507,9 @@ def _usable_judgments(state: PoolState, duels: pd.DataFrame, judgments: pd.DataF
     """Check a round's duels and judgments against the pool and each other; return the
     usable judgments as arrays (duel position, side 0 = a / 1 = b, judge index, score)."""
     members = pd.Index(state.members)
-    a_idx = members.get_indexer(duels["model_a"])
-    b_idx = members.get_indexer(duels["model_b"])
-    bad = sorted(set(duels["model_a"][a_idx < 0]) | set(duels["model_b"][b_idx < 0]))
+    a_idx = members.get_indexer(duels["member_a"])
+    b_idx = members.get_indexer(duels["member_b"])
+    bad = sorted(set(duels["member_a"][a_idx < 0]) | set(duels["member_b"][b_idx < 0]))
     if bad:
         raise AggregationError(f"duels name unknown member(s) {bad}; pool is {state.members}")
     if (a_idx == b_idx).any():
@@ -569,10 +569,10 @@ def aggregate_round(
     if len(duels):
         state.round = int(duels["round"].iloc[0])
     slots = _scores_by_side(len(duels), *_usable_judgments(state, duels, judgments))
-    texts = dict(zip(zip(responses["duel_id"], responses["model"]), responses["response"]))
+    texts = dict(zip(zip(responses["duel_id"], responses["member"]), responses["response"]))
     history, prefs = [], []
     counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
-    cols = [duels[c].tolist() for c in ("duel_id", "model_a", "model_b", "prompt_id", "prompt")]
+    cols = [duels[c].tolist() for c in ("duel_id", "member_a", "member_b", "prompt_id", "prompt")]
     judge_weights = params.downweight_target == "judge"
     for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
         side_a, side_b, dropped = paired_scores(slots[2 * d], slots[2 * d + 1])

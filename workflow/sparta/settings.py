@@ -513,7 +513,8 @@ def prompt_template_setting():
     return setting(
         None,
         help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
-        '{Country}"); prompt_column must still name a column of text.',
+        '{Country}"; {options[A]} indexes a mapping or list column); prompt_column must still name a '
+        "column of text.",
         added=ADDED_HUB_DATASETS,
     )
 

@@ -4,12 +4,14 @@ This is the one place that knows column names and types. Every writer goes throu
 :func:`write`, which casts to the schema and renames a finished temporary file into place,
 so a killed job never leaves a file that looks complete.
 
-A member's name is in every table, under the name of its role there: ``member`` (state,
-evaluation, scores, training logs, analyses), ``model_a`` / ``model_b`` (the two combatants of
-a duel: duels, history), ``model`` (who answered: responses), ``judge`` and ``target`` (who
-judged whom: judgments), ``chosen_model`` / ``rejected_model`` and ``trainee`` (preferences).
-The older names stay: renaming them would rerun every finished run (the stage scripts read
-them) and break the notebooks that read the tables.
+A member's name is in every table under the name of its role there, always spelled with
+``member``: ``member`` (who answered: responses; whose row: state, evaluation, scores, training
+logs, analyses), ``member_a`` / ``member_b`` (the two combatants of a duel: duels, history),
+``chosen_member`` / ``rejected_member`` and ``trainee`` (preferences), ``judge`` and ``target``
+(who judged whom: judgments). A table's kind is the stem of the file it is written to
+(``reputation_vs_performance.parquet`` is kind ``reputation_vs_performance``); files of one
+shape share a schema (:data:`SAME_SCHEMA`). Tables written before the columns were named so
+(``model``, ``model_a``, ``chosen_model``, ...) read with today's names (:data:`RENAMED`).
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("prompt", _str),
             ("answer", _str),
             ("reference", _str),
-            ("model_a", _str),
-            ("model_b", _str),
-            # how model_b was drawn: uniform (probability alpha) or top_k, and from whom
+            ("member_a", _str),
+            ("member_b", _str),
+            # how member_b was drawn: uniform (probability alpha) or top_k, and from whom
             ("opponent_branch", _str),
             ("opponent_candidates", pa.list_(_str)),
         ]
@@ -55,7 +57,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "responses": pa.schema(
         [
             ("duel_id", _str),
-            ("model", _str),
+            ("member", _str),
             ("sample", _i32),
             ("response", _str),
             ("n_tokens", _i32),
@@ -90,8 +92,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("iteration", _i32),
             ("round", _i32),
             ("duel_id", _str),
-            ("model_a", _str),
-            ("model_b", _str),
+            ("member_a", _str),
+            ("member_b", _str),
             ("score_a", _f64),
             ("score_b", _f64),
             ("n_judges", _i32),  # judges with a usable score of both answers
@@ -133,8 +135,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("prompt", _str),
             ("chosen", _str),
             ("rejected", _str),
-            ("chosen_model", _str),
-            ("rejected_model", _str),
+            ("chosen_member", _str),
+            ("rejected_member", _str),
             ("chosen_score", _f64),
             ("rejected_score", _f64),
             ("margin", _f64),
@@ -328,7 +330,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     # Pearson r between reputation and validation score, per task
-    "correlation": pa.schema(
+    "reputation_vs_performance": pa.schema(
         [
             ("task", _str),
             ("points", pa.int64()),
@@ -338,7 +340,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     # one row per hub id of the runs, as rule hub_download downloaded it (sparta.hub)
-    "hub_manifest": pa.schema(
+    "manifest": pa.schema(
         [
             ("id", _str),
             ("repo", _str),
@@ -362,9 +364,35 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+SAME_SCHEMA = {
+    "reputation_history": "history",  # every round's history of a run, in order
+    "final_state": "state",  # the last round's state
+    "judge_label_accuracy": "label_accuracy",  # of the judges of other members' answers
+    "training": "training_log",  # every member's training logs of a run
+}
+"""Kinds whose files have the shape of another kind's."""
+SCHEMAS.update({kind: SCHEMAS[like] for kind, like in SAME_SCHEMA.items()})
+
+_COMBATANTS = {"model_a": "member_a", "model_b": "member_b"}
+RENAMED = {
+    "duels": _COMBATANTS,
+    "history": _COMBATANTS,
+    "reputation_history": _COMBATANTS,
+    "responses": {"model": "member"},
+    "preferences": {"chosen_model": "chosen_member", "rejected_model": "rejected_member"},
+}
+"""Columns renamed since runs were made (old name -> name): an older table reads with today's."""
+
 # tables whose frames may leave columns out (written as nulls): summaries, not the contract
 # between the stages of an iteration
-OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy", "training_log"}
+OPTIONAL_COLUMNS_OK = {
+    "evaluation",
+    "diversity",
+    "label_accuracy",
+    "judge_label_accuracy",
+    "training_log",
+    "training",
+}
 
 # columns added to a table after runs were made with it: a table written before reads with
 # them null, so a run made before an update resumes (its cost shows those columns as unknown)
@@ -442,6 +470,9 @@ def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
     except (pa.ArrowException, OSError) as e:
         reason = "empty file" if path.stat().st_size == 0 else str(e).splitlines()[0]
         raise TableError(f"{path} is not a readable Parquet {kind} table ({reason}): {REBUILD}") from None
+    renamed = {old: new for old, new in RENAMED.get(kind, {}).items() if old in table.column_names}
+    if renamed:
+        table = table.rename_columns([renamed.get(c, c) for c in table.column_names])
     added = ADDED_COLUMNS.get(kind, ())
     missing = [c for c in _schema(kind).names if c not in table.column_names and c not in added]
     if missing:

@@ -5,7 +5,7 @@ follows and lists its deliberate differences; ``base`` holds the interface the r
 call (:class:`~sparta.methods.base.Method`) and what the baselines share.
 
 A baseline aligns every member of the pool alone over the same stages and tables: its duels
-table has one row per (member, prompt), the member against itself (``model_a = model_b``,
+table has one row per (member, prompt), the member against itself (``member_a = member_b``,
 ``opponent_branch`` "self"), and its pairs carry the member in ``trainee``.
 """
 

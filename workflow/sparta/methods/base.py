@@ -92,7 +92,7 @@ class JudgeRun:
         self.baselines, self.backend, self.seed = baselines, backend, seed
         self.reference = cfg.kind == "reference"  # no model runs: answers checked
         self.text = dict(
-            zip(zip(responses["duel_id"], responses["model"], responses["sample"]), responses["response"])
+            zip(zip(responses["duel_id"], responses["member"], responses["sample"]), responses["response"])
         )
         self.answer_of = dict(zip(duels["duel_id"], duels["answer"]))
         self.rows: list[dict] = []
@@ -178,8 +178,8 @@ def self_duels(plan: pd.DataFrame, members: list[str], iteration: int, round_: i
                     "prompt": str(r.prompt),
                     "answer": getattr(r, "answer", None),
                     "reference": getattr(r, "reference", None),
-                    "model_a": m,
-                    "model_b": m,
+                    "member_a": m,
+                    "member_b": m,
                     "opponent_branch": "self",
                     "opponent_candidates": [m],
                 }
@@ -197,8 +197,8 @@ def pair(duel, member, chosen, rejected, s_c, s_r, kind="actor", prompt=None) ->
         "prompt": duel.prompt if prompt is None else prompt,
         "chosen": chosen,
         "rejected": rejected,
-        "chosen_model": member,
-        "rejected_model": member,
+        "chosen_member": member,
+        "rejected_member": member,
         "chosen_score": s_c,
         "rejected_score": s_r,
         "margin": s_c - s_r,
@@ -259,7 +259,7 @@ def best_and_worst_pairs(
         picked = best_and_worst(answers.get(d.duel_id, []), length_control, min_margin)
         if picked:
             (_, yc, sc), (_, yr, sr) = picked
-            pairs.append(pair(d, d.model_a, yc, yr, sc, sr))
+            pairs.append(pair(d, d.member_a, yc, yr, sc, sr))
     return pairs
 
 

@@ -38,7 +38,7 @@ class SelfRewarding(Method):
 
         asked = []  # (member, duel id, sample, item): every answer of the member to its prompts
         for spec in run.specs:
-            for d in run.duels[run.duels["model_a"] == spec.name].itertuples(index=False):
+            for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
                 asked += [
                     (spec, d.duel_id, k, JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, k)]))
                     for k in run.samples_of(d.duel_id, spec.name)

@@ -41,10 +41,10 @@ class Sparta(Method):
         asked = []  # (judge, duel id, target, item): both answers of a duel in turn
         duels = run.duels
         for spec in run.specs:
-            for d in duels[(duels["model_a"] != spec.name) & (duels["model_b"] != spec.name)].itertuples(
+            for d in duels[(duels["member_a"] != spec.name) & (duels["member_b"] != spec.name)].itertuples(
                 index=False
             ):
-                for target in (d.model_a, d.model_b):
+                for target in (d.member_a, d.member_b):
                     if (d.duel_id, target, 0) not in run.text:
                         raise ValueError(f"no response of {target} in duel {d.duel_id}: rerun its combat job")
                     asked.append(

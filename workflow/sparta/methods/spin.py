@@ -38,7 +38,7 @@ class SPIN(Method):
                 or own.strip() == str(reference).strip()
             ):
                 continue
-            pairs.append(pair(d, d.model_a, str(reference), own, float("nan"), float("nan")))
+            pairs.append(pair(d, d.member_a, str(reference), own, float("nan"), float("nan")))
         return pairs
 
     def trained_iterations(self, t: int, baselines) -> list[int]:

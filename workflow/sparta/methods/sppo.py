@@ -41,7 +41,7 @@ class SPPO(Method):
         asked = []  # (annotator, duel id, member, (i, j), item): every two answers of a prompt
         for spec in run.specs:
             annotator = MemberSpec("annotator", a.base if a else spec.base, a.adapter if a else None)
-            for d in run.duels[run.duels["model_a"] == spec.name].itertuples(index=False):
+            for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
                 for i, j in itertools.combinations(run.samples_of(d.duel_id, spec.name), 2):
                     items = [JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, x)]) for x in (i, j)]
                     asked += [
