@@ -33,6 +33,7 @@ def setting(
     lt: float | None = None,
     schema: dict | None = None,
     added: str | None = None,
+    shared: tuple[str, ...] = (),
     **table: Any,
 ) -> Any:
     """A dataclass field: its default (or ``factory``), its help text, numeric bounds (ge >=,
@@ -41,11 +42,15 @@ def setting(
     ``source``, ``shown``, ``authors`` and ``paper`` put the setting in the README's
     constants table (see :mod:`sparta.schema`). ``added`` (what brought it) marks a setting
     added after runs were made: at its default it is left out of the job params
-    (:func:`sparta.settings.as_data`), so a finished run resumes with nothing recomputed."""
+    (:func:`sparta.settings.as_data`), so a finished run resumes with nothing recomputed.
+    ``shared`` says what a study shares by it (:func:`shared_by`): ``pool``, the initial pool
+    and prompt splits are made from it; ``study``, one value for every experiment of a study."""
     bounds = {k: v for k, v in {"ge": ge, "gt": gt, "le": le, "lt": lt}.items() if v is not None}
     metadata = {"help": help, "bounds": bounds, "schema": dict(schema or {}), "table": table}
     if added is not None:
         metadata["added"] = added
+    if shared:
+        metadata["shared"] = tuple(shared)
     if factory is not MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -61,6 +66,11 @@ def inherit(base: type, name: str, default: Any, help: str | None = None, **tabl
     if table:
         metadata["table"] = table
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def shared_by(source: type, what: str) -> tuple[str, ...]:
+    """The fields of the dataclass ``source`` declared ``shared=(..., what, ...)``, in order."""
+    return tuple(f.name for f in dataclasses.fields(source) if what in f.metadata.get("shared", ()))
 
 
 def choices(hint: Any) -> tuple | None:

@@ -810,19 +810,26 @@ class Settings:
         ge=0,
         le=2147483647,
         help="Seed of every random choice (prompt draws, match-making, sampling, training).",
+        shared=("pool",),
     )
-    device: Device = setting("auto", help="Where models run; auto picks CUDA when present.")
+    device: Device = setting(
+        "auto",
+        help="Where models run; auto picks CUDA when present.",
+        shared=("pool", "study"),
+    )
     dtype: Dtype = setting(
         "auto",
         help="Model weights' dtype and every trainer's precision (train.trainer_precision); auto is "
         "bf16 on a GPU that has it (else fp16) and fp32 on CPU. bf16 on a CPU without native bf16 "
         "and fp16 on CPU stop before any job.",
+        shared=("pool",),
     )
     system_prompt: str | None = setting(
         "You are a helpful AI assistant.",
         help="System message of combat, judging, evaluation and training (authors' prompt); null for none.",
         constant="system prompt",
         source="authors' code",
+        shared=("pool",),
     )
     backend: Literal["hf", "vllm"] = setting(
         "hf",
@@ -830,6 +837,7 @@ class Settings:
         "(CPU or GPU). vllm: one vLLM engine per job holds the base model and every member is a "
         "LoRARequest (GPU only; install the vllm extra or use envs/vllm.yaml). DPO and SFT always "
         "train with TRL/PEFT.",
+        shared=("pool", "study"),
     )
     fanout: FANOUT = setting(
         "member",
@@ -837,17 +845,35 @@ class Settings:
         "or per judge (judging): many small jobs, each loading the base once. pool: one job per "
         "round serves every member (one base load instead of m; with vllm, one engine and m LoRA "
         "slots). DPO follows dpo_fanout.",
+        shared=("study",),
     )
     dpo_fanout: FANOUT | None = setting(
         None,
         help="How DPO is split into jobs: member (one job per member, in parallel on a cluster) or "
         "pool (one job trains every member one after another on one base load); null follows fanout.",
+        shared=("study",),
     )
-    vllm: VLLMSettings = setting(factory=VLLMSettings, help=VLLMSettings.__doc__)
-    resources: ResourceSettings = setting(factory=ResourceSettings, help=ResourceSettings.__doc__)
+    vllm: VLLMSettings = setting(
+        factory=VLLMSettings,
+        help=VLLMSettings.__doc__,
+        shared=("pool", "study"),
+    )
+    resources: ResourceSettings = setting(
+        factory=ResourceSettings,
+        help=ResourceSettings.__doc__,
+        shared=("study",),
+    )
     base_models: dict[str, BaseModel] = setting(factory=dict, help=BaseModel.__doc__)
-    sft: SFTSettings = setting(factory=SFTSettings, help=SFTSettings.__doc__)
-    lora: LoraSettings = setting(factory=LoraSettings, help=LoraSettings.__doc__)
+    sft: SFTSettings = setting(
+        factory=SFTSettings,
+        help=SFTSettings.__doc__,
+        shared=("pool",),
+    )
+    lora: LoraSettings = setting(
+        factory=LoraSettings,
+        help=LoraSettings.__doc__,
+        shared=("pool",),
+    )
     matchmaking: MatchSettings = setting(factory=MatchSettings, help=MatchSettings.__doc__)
     reputation: ReputationSettings = setting(factory=ReputationSettings, help=ReputationSettings.__doc__)
     generation: GenerationSettings = setting(factory=GenerationSettings, help=GenerationSettings.__doc__)

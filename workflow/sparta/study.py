@@ -33,7 +33,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from .settings import ResourceSettings, Settings, SettingsError, VLLMSettings, as_data
+from .fields import shared_by, subset
+from .settings import Settings, SettingsError, as_data
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -49,16 +50,7 @@ def merge(base: dict, extra: dict) -> dict:
 # what the initial pool and the prompt splits depend on (not the members list: experiments of
 # a seed share every member they have in common; not the base models, joined by name; not
 # evaluation.*: the pool's evaluation must agree where it matters, see _shared_evaluation)
-INIT_KEYS = (
-    "seed",
-    "device",
-    "dtype",
-    "system_prompt",
-    "backend",
-    "vllm",
-    "sft",
-    "lora",
-)
+INIT_KEYS = shared_by(Settings, "pool")  # seed, device, dtype, system_prompt, backend, vllm, sft, lora
 # prompt settings that do not change the split: the reference answers ride along in the
 # shared prompt tables (every experiment that names a reference column must name the same)
 SHARED_PROMPT_KEYS = ("reference_column",)
@@ -67,7 +59,7 @@ SCORED_EVALUATION_KEYS = ("tasks", "judge")
 
 
 # settings of the whole study, never of one experiment (one DAG, one executor, one device)
-STUDY_WIDE = ("fanout", "dpo_fanout", "backend", "vllm", "resources", "device")
+STUDY_WIDE = shared_by(Settings, "study")  # device, backend, fanout, dpo_fanout, vllm, resources
 
 
 def study_problems(config: dict) -> list[str]:
@@ -192,39 +184,26 @@ class Study:
     @property
     def settings(self) -> StudySettings:
         """The settings of the whole study (:data:`STUDY_WIDE`)."""
-        return StudySettings.of(self)
+        return study_settings(self)
 
 
-@dataclass(frozen=True)
-class StudySettings:
-    """The settings of the whole study, never of one experiment (:data:`STUDY_WIDE`: one DAG,
-    one executor, one device), as the workflow's rules use them."""
+StudySettings = subset(
+    Settings,
+    (*STUDY_WIDE, "dtype"),
+    "StudySettings",
+    "The settings of the whole study, never of one experiment (:data:`STUDY_WIDE`: one DAG, one "
+    "executor, one device), as the workflow's rules use them, declared in :class:`Settings`; "
+    "``dpo_fanout`` resolved (``fanout`` when unset) and ``dtype`` the first experiment's (what "
+    "the check of the local device trains in).",
+)
 
-    fanout: str
-    """member: one model job per member / judge; pool: one job serves the pool."""
-    dpo_fanout: str
-    """The DPO jobs' fan-out (settings ``dpo_fanout``, or ``fanout`` when unset)."""
-    backend: str
-    vllm: VLLMSettings
-    resources: ResourceSettings
-    device: str
-    dtype: str
-    """The first experiment's dtype: what the check of the local device trains in."""
 
-    @classmethod
-    def of(cls, study: Study) -> StudySettings:
-        """The study-wide settings of a study, read from its first experiment (the config's
-        checks make them the same in every experiment)."""
-        first = next(iter(study.experiments.values()))
-        return cls(
-            fanout=first.fanout,
-            dpo_fanout=first.dpo_fanout or first.fanout,
-            backend=first.backend,
-            vllm=first.vllm,
-            resources=first.resources,
-            device=first.device,
-            dtype=first.dtype,
-        )
+def study_settings(study: Study) -> StudySettings:
+    """The study-wide settings of a study, read from its first experiment (the config's checks
+    make them the same in every experiment)."""
+    first = next(iter(study.experiments.values()))
+    values = {f.name: getattr(first, f.name) for f in dataclasses.fields(StudySettings)}
+    return StudySettings(**{**values, "dpo_fanout": first.dpo_fanout or first.fanout})
 
 
 def _init_data(settings: Settings) -> dict:
