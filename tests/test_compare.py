@@ -384,3 +384,22 @@ def test_judgments_written_before_the_request_columns_still_read(tmp_path):
     assert np.isnan(cost.loc["old", "judge_requests"]) and cost.loc["old", "tokens_judged"] == 7
     assert cost.loc["spin", "judge_requests"] == 0
     tables.to_arrow(cost.reset_index(), "cost")
+
+
+def test_tables_written_with_the_older_member_columns_read_with_todays(tmp_path):
+    """Duels, responses, preferences and histories of runs made before the member columns were
+    named ``member*`` (``model_a``, ``model``, ``chosen_model``, ...) read with today's names;
+    a table that lacks a column outright still names what is missing."""
+    renamed = {"duels": "model_a", "responses": "model", "preferences": "chosen_model"}
+    for kind, old_name in renamed.items():
+        new_names = tables.columns(kind)
+        old_names = [{v: k for k, v in tables.RENAMED[kind].items()}.get(c, c) for c in new_names]
+        assert old_name in old_names
+        frame = pd.DataFrame([{c: None for c in old_names}])
+        path = tmp_path / f"{kind}.parquet"
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+        assert list(tables.read(path, kind).columns) == new_names
+    history = pd.DataFrame([{c: None for c in tables.columns("history")}]).rename(columns={"member_a": "x"})
+    history.to_parquet(tmp_path / "h.parquet")
+    with pytest.raises(tables.TableError, match=r"missing column\(s\) \['member_a'\]"):
+        tables.read(tmp_path / "h.parquet", "reputation_history")
