@@ -226,14 +226,15 @@ def _filled(template: str, df: pd.DataFrame, path: Path) -> list[str]:
     import string
 
     fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
-    used = {re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields}
+    column_of = {f: re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields}  # {options[A]}: options
+    used = set(column_of.values())
     missing = sorted(used - set(df.columns))
     if missing:
         raise PromptFileError(
             f"prompt file {path}: prompt_template names column(s) {missing} it does not have; "
             f"columns are {list(df.columns)}"
         )
-    indexed = {re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields if f not in df.columns}
+    indexed = {column for f, column in column_of.items() if f != column}
     rows = df[sorted(used)].astype(object).where(df[sorted(used)].notna(), "")
     out = []
     for n, row in enumerate(rows.to_dict("records"), 1):
