@@ -52,6 +52,17 @@ DESCRIPTION = (
     "constant and its source."
 )
 
+
+def _overlays(description: str) -> dict:
+    """A study axis: named overlays of the config."""
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": NAME},
+        "additionalProperties": {"type": ["object", "null"]},
+        "description": description,
+    }
+
+
 STUDY = {
     "type": "object",
     "additionalProperties": False,
@@ -67,26 +78,15 @@ STUDY = {
             "items": {"type": "integer", "minimum": 0},
             "description": "Seeds every experiment runs with (default [seed]).",
         },
-        "experiments": {
-            "type": "object",
-            "propertyNames": {"pattern": NAME},
-            "additionalProperties": {"type": ["object", "null"]},
-            "description": (
-                "name: overlay (any keys of this config, e.g. {method: spin} or "
-                "{reputation: {updates: false}})."
-            ),
-        },
-        "tasks": {
-            "type": "object",
-            "propertyNames": {"pattern": NAME},
-            "additionalProperties": {"type": ["object", "null"]},
-            "description": (
-                "Tasks as a study axis, as the paper aligns once per task: name: overlay (its prompts, "
-                "the alignment prompts X, and its evaluation.tasks). Every experiment runs once per "
-                "task and seed under results/<experiment>/<task>/<name>-seed<s>/; the initial pool is "
-                "shared by every task of a seed, the prompt splits and the pool's evaluation per task."
-            ),
-        },
+        "experiments": _overlays(
+            "name: overlay (any keys of this config, e.g. {method: spin} or {reputation: {updates: false}})."
+        ),
+        "tasks": _overlays(
+            "Tasks as a study axis, as the paper aligns once per task: name: overlay (its prompts, "
+            "the alignment prompts X, and its evaluation.tasks). Every experiment runs once per "
+            "task and seed under results/<experiment>/<task>/<name>-seed<s>/; the initial pool is "
+            "shared by every task of a seed, the prompt splits and the pool's evaluation per task."
+        ),
     },
 }
 """The study section: read by sparta.study, not a setting of one run (an overlay is free-form)."""
