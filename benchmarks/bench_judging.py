@@ -204,11 +204,7 @@ def run_answers(run: Path) -> list[str]:
     """Every answer of a run's rounds (its responses tables), as the judges read them."""
     from sparta import layout, tables
 
-    files = [
-        p
-        for t in sorted(run.glob(layout.iteration_name("*")))
-        for p in layout.round_files(t, "responses/*.parquet")
-    ]
+    files = [p for r in layout.RunFolder(run).rounds() for p in sorted(r.glob("responses/*.parquet"))]
     return [str(x) for x in tables.read_many(files, "responses")["response"]] if files else []
 
 
