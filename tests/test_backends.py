@@ -90,3 +90,44 @@ def test_sampling_is_seeded_per_answer_whatever_the_batch(pool):
     assert alone == [first[i] for i in mine]
     other = served.generate(texts, hot, [s + 1 for s in seeds], batch_size=5)
     assert [g.text for g in other] != [g.text for g in first]
+
+
+def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
+    """Requests whose prompts begin alike are computed with their common prefix once (one
+    row, fewer tokens), and each continuation's log-probability is what a plain forward pass
+    over its prompt and continuation alone gives, whatever the adapter and batch."""
+    from sparta.backends.hf import SHARED_PREFIX_MIN, _row_length, _segments
+
+    mixed = backend(pool)
+    model, names = mixed._model(pool)
+    stem = list(range(5, 5 + 3 * SHARED_PREFIX_MIN))  # a long common start, as a judge instruction
+    prompts, conts, who = [], [], []
+    for k in range(9):
+        tail = [40 + k, 41 + (k % 3)] + [60 + k] * (k % 4)  # own ends, of several lengths
+        for m in range(len(pool)):
+            prompts.append(stem[: 2 * SHARED_PREFIX_MIN + k] + tail)
+            conts.append([[7], [8, 9], [8, 10, 11]])  # one- and many-token continuations
+            who.append(m)
+    prompts += [[3, 4], [3, 4, 5]]  # short prompts share nothing
+    conts += [[[7], [9, 9]], [[7]]]
+    who += [0, 1]
+    adapters = [names[m] for m in who]
+    segments = _segments(prompts, adapters, 8)
+    assert sorted(i for _, idx in segments for i in idx) == list(range(len(prompts)))
+    assert all(len({adapters[i] for i in idx}) == 1 and len(idx) <= 8 for _, idx in segments)
+    shared_rows = [seg for seg in segments if len(seg[1]) > 1]
+    assert shared_rows and all(shared >= SHARED_PREFIX_MIN for shared, _ in shared_rows)
+    computed = sum(_row_length(seg, prompts, conts) for seg in segments)
+    alone = sum(len(p) + sum(len(c) - 1 for c in cs) for p, cs in zip(prompts, conts))
+    assert computed < alone * 0.6
+    got = mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
+    for m, spec in enumerate(pool):
+        ref = backend([spec]).loader.load(spec)
+        for i in (i for i, w in enumerate(who) if w == m):
+            for c, lp in zip(conts[i], got[i]):
+                ids = torch.tensor([prompts[i] + c])
+                with torch.no_grad():
+                    logp = torch.log_softmax(ref(input_ids=ids).logits[0].float(), -1)
+                want = sum(logp[len(prompts[i]) + k - 1, c[k]].item() for k in range(len(c)))
+                assert lp == pytest.approx(want, abs=1e-4)
+    assert got == mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)

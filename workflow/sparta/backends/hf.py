@@ -158,76 +158,168 @@ def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
+SHARED_PREFIX_MIN = 16
+"""Tokens two prompts must share at the start for their common prefix to be computed once."""
+
+
 @torch.no_grad()
 def continuation_logprobs(
     model, pad: int, prompts, conts, batch_size: int, adapter_names: list[str] | None = None
 ) -> list[list[float]]:
     """Summed log-probability of each continuation after its prompt (token ids), each row
-    under its own adapter. Prompts are sorted by length and batched with left padding."""
+    under its own adapter.
+
+    Requests of one adapter whose prompts begin alike (a judge reading several answers to one
+    question, an annotator's every pair, a meta-judge's every two judgments of one answer) are
+    laid in one row with their common prefix computed once (:func:`_segments`); a batch holds
+    at most ``batch_size`` requests. Each request's result is what scoring it alone gives, up
+    to float rounding."""
     device = next(model.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    segments = _segments(prompts, adapter_names, batch_size)
     out: list[list[float]] = [[] for _ in prompts]
+    # longest rows first, rows of alike length together: little padding
+    segments.sort(key=lambda seg: -_row_length(seg, prompts, conts))
+    batches, current = [], []
+    for seg in segments:
+        if current and sum(len(s[1]) for s in current) + len(seg[1]) > batch_size:
+            batches.append(current)
+            current = []
+        current.append(seg)
+    if current:
+        batches.append(current)
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            names = [adapter_names[i] for i in idx] if adapter_names is not None else None
-            rows = _tree_logprobs(
-                model, [prompts[i] for i in idx], [conts[i] for i in idx], pad, device, names
-            )
-            for i, lp in zip(idx, rows):
+        for batch in batches:
+            for i, lp in _tree_logprobs(model, batch, prompts, conts, pad, device, adapter_names).items():
                 out[i] = lp
-            bar.update(len(idx))
+            bar.update(sum(len(s[1]) for s in batch))
     return out
 
 
-def _tree_logprobs(model, prompts, conts, pad, device, names=None) -> list[list[float]]:
-    """One forward pass for a batch of prompts and all their continuations at once.
+def _common(a, b) -> int:
+    n = min(len(a), len(b))
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k
 
-    Each row is its left-padded prompt followed by every continuation's tokens but the last,
-    laid side by side; a 4D attention mask lets a continuation token see the prompt and its
-    own earlier tokens only (a tree: the continuations never see each other), and position
-    ids continue the prompt's. So the prompt is computed once, no key/value cache is copied
-    per continuation, and only the logits of the last prompt position and of the
-    continuation tokens are kept."""
-    b = len(prompts)
-    width = max(len(p) for p in prompts)
-    # per row: (continuation j, its token k) of every appended token, continuations consecutive
-    tails = [[(j, k) for j, x in enumerate(row) for k in range(len(x) - 1)] for row in conts]
-    extra = max(len(t) for t in tails)
-    total = width + extra
+
+def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[int]]]:
+    """Requests grouped into rows: ``(shared, [request indices])``, the first ``shared``
+    tokens common to every prompt of the row (0: a row of one request).
+
+    Requests are sorted by adapter and prompt, so prompts that begin alike are neighbours;
+    of the ways to cut that order into runs of at most ``max_items`` sharing at least
+    :data:`SHARED_PREFIX_MIN` tokens, the one that computes the fewest tokens is taken
+    (dynamic programming over the cut points)."""
+    names = adapter_names or [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: (names[i], list(prompts[i]), i))
+    n = len(order)
+    lens = [len(prompts[i]) for i in order]
+    near = [
+        _common(prompts[order[k]], prompts[order[k + 1]]) if names[order[k]] == names[order[k + 1]] else 0
+        for k in range(n - 1)
+    ]
+    best = [0] + [None] * n  # best[j]: fewest tokens for the first j requests
+    start = [0] * (n + 1)
+    shared_at = [0] * (n + 1)
+    for j in range(1, n + 1):  # the last run ends with request j - 1
+        total, common, shortest = 0, None, None
+        for i in range(j - 1, max(-1, j - 1 - max(1, max_items)), -1):  # the run is i .. j - 1
+            total += lens[i]
+            shortest = lens[i] if shortest is None else min(shortest, lens[i])
+            if i < j - 1:
+                common = near[i] if common is None else min(common, near[i])
+                shared = min(common, shortest - 1)  # every request keeps a token of its own
+                if shared < SHARED_PREFIX_MIN:
+                    break  # a longer run shares no more
+            else:
+                shared = 0
+            cost = best[i] + total - (j - 1 - i) * shared
+            if best[j] is None or cost < best[j]:
+                best[j], start[j], shared_at[j] = cost, i, shared
+    runs, j = [], n
+    while j > 0:
+        i = start[j]
+        runs.append((shared_at[j], [order[k] for k in range(i, j)]))
+        j = i
+    return runs[::-1]
+
+
+def _row_length(segment, prompts, conts) -> int:
+    shared, idx = segment
+    return shared + sum(len(prompts[i]) - shared + sum(len(c) - 1 for c in conts[i]) for i in idx)
+
+
+def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> dict[int, list[float]]:
+    """One forward pass for a batch of rows, each row one segment of :func:`_segments`: its
+    shared prefix once, then per request the rest of its prompt and every continuation's
+    tokens but the last, laid side by side. A 4D attention mask lets each request's tokens
+    see the shared prefix and its own earlier tokens only, and a continuation token its
+    request's prompt and its own continuation's earlier tokens (a tree: requests never see
+    each other, nor continuations each other); position ids are each request's own. Only the
+    logits of each request's last prompt position and of its continuation tokens are kept."""
+    widths = [_row_length(seg, prompts, conts) for seg in segments]
+    b, total = len(segments), max(widths)
     ids = torch.full((b, total), pad, dtype=torch.long)
     pos = torch.zeros((b, total), dtype=torch.long)
     attend = torch.eye(total, dtype=torch.bool).repeat(b, 1, 1)  # padding sees itself: no empty row
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
-    for i, (p, row) in enumerate(zip(prompts, conts)):
-        off = width - len(p)
-        ids[i, off:width] = torch.tensor(p)
-        pos[i, off:width] = torch.arange(len(p))
-        attend[i, off:width, off:width] = causal[: len(p), : len(p)]
-        for q, (j, k) in enumerate(tails[i]):
-            col = width + q
-            ids[i, col] = row[j][k]
-            pos[i, col] = len(p) + k
-            attend[i, col, off:width] = True
-            attend[i, col, col - k : col + 1] = True  # its own continuation's tokens 0..k
-    kwargs = {"adapter_names": names} if names is not None else {}
+    wanted: dict[int, tuple[int, dict]] = {}  # request -> (row, {(j, k): column})
+    rows_adapter = []
+    for r, (shared, idx) in enumerate(segments):
+        first = prompts[idx[0]]
+        ids[r, :shared] = torch.tensor(first[:shared], dtype=torch.long)
+        pos[r, :shared] = torch.arange(shared)
+        attend[r, :shared, :shared] = torch.ones((shared, shared), dtype=torch.bool).tril()
+        col = shared
+        for i in idx:
+            own = prompts[i][shared:]
+            n = len(own)
+            span = slice(col, col + n)
+            ids[r, span] = torch.tensor(own, dtype=torch.long)
+            pos[r, span] = torch.arange(shared, shared + n)
+            attend[r, span, :shared] = True
+            attend[r, span, span] = torch.ones((n, n), dtype=torch.bool).tril()
+            where = {(-1, 0): col + n - 1}  # the last prompt token predicts every first token
+            col += n
+            for j, x in enumerate(conts[i]):
+                for k in range(len(x) - 1):
+                    ids[r, col] = x[k]
+                    pos[r, col] = len(prompts[i]) + k
+                    attend[r, col, :shared] = True
+                    attend[r, col, span] = True
+                    attend[r, col, col - k : col + 1] = True  # its own continuation's tokens 0..k
+                    where[(j, k)] = col
+                    col += 1
+            wanted[i] = (r, where)
+        rows_adapter.append(names[idx[0]] if names is not None else None)
+    keep = sorted({c for _, where in wanted.values() for c in where.values()})
+    index = {c: q for q, c in enumerate(keep)}
+    kwargs = {"adapter_names": rows_adapter} if names is not None else {}
     logits = model(
         input_ids=ids.to(device),
         attention_mask=attend[:, None].to(device),
         position_ids=pos.to(device),
         use_cache=False,
-        logits_to_keep=extra + 1,
+        logits_to_keep=torch.tensor(keep, device=device),
         **kwargs,
-    ).logits
-    logp = torch.log_softmax(logits.float(), -1).cpu()  # (b, extra + 1, vocab); 0 = last prompt token
-    result = []
-    for i, row in enumerate(conts):
-        where = {jk: 1 + q for q, jk in enumerate(tails[i])}
+    ).logits  # (b, len(keep), vocab)
+    result = {}
+    for i, (r, where) in wanted.items():
+        rows = [index[where[(-1, 0)]]] + [
+            index[where[(j, k)]] for j, x in enumerate(conts[i]) for k in range(len(x) - 1)
+        ]
+        logp = torch.log_softmax(logits[r, rows].float(), -1).cpu()
+        at = {
+            key: q
+            for q, key in enumerate(
+                [(-1, 0)] + [(j, k) for j, x in enumerate(conts[i]) for k in range(len(x) - 1)]
+            )
+        }
         scores = []
-        for j, x in enumerate(row):
-            total_lp = logp[i, 0, x[0]].item()
+        for j, x in enumerate(conts[i]):
+            lp = logp[0, x[0]].item()
             for k in range(1, len(x)):
-                total_lp += logp[i, where[(j, k - 1)], x[k]].item()
-            scores.append(total_lp)
-        result.append(scores)
+                lp += logp[at[(j, k - 1)], x[k]].item()
+            scores.append(lp)
+        result[i] = scores
     return result
