@@ -11,6 +11,7 @@ or the whole pool.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import torch
@@ -179,12 +180,13 @@ def continuation_logprobs(
     out: list[list[float]] = [[] for _ in prompts]
     # longest rows first, rows of alike length together: little padding
     segments.sort(key=lambda seg: -_row_length(seg, prompts, conts))
-    batches, current = [], []
+    batches, current, held = [], [], 0
     for seg in segments:
-        if current and sum(len(s[1]) for s in current) + len(seg[1]) > batch_size:
+        if current and held + len(seg[1]) > batch_size:
             batches.append(current)
-            current = []
+            current, held = [], 0
         current.append(seg)
+        held += len(seg[1])
     if current:
         batches.append(current)
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
@@ -193,14 +195,6 @@ def continuation_logprobs(
                 out[i] = lp
             bar.update(sum(len(s[1]) for s in batch))
     return out
-
-
-def _common(a, b) -> int:
-    n = min(len(a), len(b))
-    k = 0
-    while k < n and a[k] == b[k]:
-        k += 1
-    return k
 
 
 def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[int]]]:
@@ -216,7 +210,9 @@ def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[in
     n = len(order)
     lens = [len(prompts[i]) for i in order]
     near = [
-        _common(prompts[order[k]], prompts[order[k + 1]]) if names[order[k]] == names[order[k + 1]] else 0
+        len(os.path.commonprefix([prompts[order[k]], prompts[order[k + 1]]]))
+        if names[order[k]] == names[order[k + 1]]
+        else 0
         for k in range(n - 1)
     ]
     best = [0] + [None] * n  # best[j]: fewest tokens for the first j requests
@@ -305,16 +301,9 @@ def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> 
     ).logits  # (b, len(keep), vocab)
     result = {}
     for i, (r, where) in wanted.items():
-        rows = [index[where[(-1, 0)]]] + [
-            index[where[(j, k)]] for j, x in enumerate(conts[i]) for k in range(len(x) - 1)
-        ]
-        logp = torch.log_softmax(logits[r, rows].float(), -1).cpu()
-        at = {
-            key: q
-            for q, key in enumerate(
-                [(-1, 0)] + [(j, k) for j, x in enumerate(conts[i]) for k in range(len(x) - 1)]
-            )
-        }
+        keys = list(where)  # (-1, 0) first, then each continuation's tokens in order
+        logp = torch.log_softmax(logits[r, [index[where[key]] for key in keys]].float(), -1).cpu()
+        at = {key: q for q, key in enumerate(keys)}
         scores = []
         for j, x in enumerate(conts[i]):
             lp = logp[0, x[0]].item()
