@@ -13,6 +13,7 @@ from sparta import layout
 from sparta import integrity
 from sparta import keep
 from sparta import locks
+from sparta import planning
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
 
@@ -22,6 +23,9 @@ from sparta.settings import Untracked, as_data, section_data
 from sparta import hub
 
 hub.PLANNING = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
+# the rules that can produce a file, found by the outputs' constant suffixes (sparta/planning.py:
+# every output starts results/{exp}/, which Snakemake's prefix index cannot tell apart)
+planning.install()
 # the schema (every problem at once, one line each; numbers read by their meaning, in place)
 sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
@@ -187,10 +191,16 @@ def data(split):
     return lambda wc: layout.data(init_of(wc.exp), split)
 
 
+def round_of(wildcards):
+    """The round of a job: its wildcard {r}, or (a rule of the iteration's last round, rule
+    aggregate, whose outputs hold the round as a constant) the run's last round."""
+    return int(wildcards.r) if hasattr(wildcards, "r") else rounds_of(wildcards.exp)[-1]
+
+
 def previous_state(wildcards):
     """The reputation state a round starts from: the previous round's, or the previous
     iteration's last round, or the initial state."""
-    exp, t, r = wildcards.exp, int(wildcards.t), int(wildcards.r)
+    exp, t, r = wildcards.exp, int(wildcards.t), round_of(wildcards)
     if r > 0:
         return layout.round_table(exp, t, r - 1, "state")
     if t > 1:
@@ -203,7 +213,7 @@ def round_tables(kind):
     for every member of the run."""
 
     def paths(wildcards):
-        exp, t, r = wildcards.exp, wildcards.t, wildcards.r
+        exp, t, r = wildcards.exp, wildcards.t, round_of(wildcards)
         return [layout.member_table(exp, t, r, kind, m) for m in members_of(exp)]
 
     return paths
@@ -230,6 +240,11 @@ def tables_of(exp, name):
 def run_tables(name):
     """Input function: :func:`tables_of` for the job's run."""
     return lambda wc: tables_of(wc.exp, name)
+
+
+def earlier_preferences(wildcards):
+    """The preference tables of the rounds before round r of iteration t."""
+    return [layout.round_table(wildcards.exp, wildcards.t, r, "preferences") for r in range(round_of(wildcards))]
 
 
 def last_state(wildcards):
@@ -472,34 +487,39 @@ def study_inputs(wildcards):
 
 
 # Pools: a job that serves the pool writes every member's file, and a rule's outputs are fixed
-# when it is defined: the pool most runs use is served by the plain rules; runs with another
-# pool (a study's pool sizes, Figure 3; the shared initial pool when no experiment uses all its
-# members) under fanout pool are served one job per member by a rule of their own per stage,
-# ``<stage>_per_member`` (rules/combat.smk ...), held to those runs.
+# when it is defined. Under fanout pool each distinct pool of the study (a run's member set: a
+# study's pool sizes, Figure 3; a shared initial pool holding members that no experiment uses
+# all together) has rules of its own per stage, each held to its pool's runs: the pool most
+# runs use gets the plain names (combat, judge, dpo, evaluate_member), the others
+# <stage>_pool2, <stage>_pool3, ... (rules/combat.smk ...): one job per round, checkpoint or
+# DPO for every pool, never one per member.
 _POOLS = {}
 for _run, _s in RUNS.items():
     _POOLS.setdefault(frozenset(_s.member_names), (_s.member_names, []))[1].append(_run)
-POOL = max(_POOLS.values(), key=lambda pool: len(pool[1]))[0]  # the first of the most used
-OTHER_POOL_RUNS = [run for run, s in RUNS.items() if set(s.member_names) != set(POOL)]
+POOLS = sorted(_POOLS.values(), key=lambda pool: -len(pool[1]))  # most used first (stable)
+POOL = POOLS[0][0]
 
 
-def pool_runs(fanout=FANOUT):
-    """Wildcard constraints of a stage's plain rule: under fanout pool with pool sizes, the
-    runs of the first run's pool (else none: every run)."""
-    return {"exp": alternatives([r for r in RUNS if r not in OTHER_POOL_RUNS])} if fanout == "pool" and OTHER_POOL_RUNS else {}
-
-
-def per_member_runs(fanout=FANOUT):
-    """Whether a stage needs its ``<stage>_per_member`` rule: fanout pool with pool sizes."""
-    return fanout == "pool" and bool(OTHER_POOL_RUNS)
-
-
-def fanout_output(pattern, key="member", fanout=FANOUT):
-    """``pattern`` (with ``{key}``) as the output of one job: itself, or the file of every
-    member of the pool (:data:`POOL`)."""
+def pool_rules(stage, fanout=FANOUT):
+    """The rules of a model stage as (name, members, wildcard constraints): one rule with the
+    member wildcard (fanout member), or one per pool (fanout pool) whose job serves the pool's
+    members, the first with the plain name."""
     if fanout == "member":
+        return [(stage, None, {})]
+    if len(POOLS) == 1:
+        return [(stage, POOL, {})]
+    return [
+        (stage if i == 0 else f"{stage}_pool{i + 1}", members, {"exp": alternatives(runs)})
+        for i, (members, runs) in enumerate(POOLS)
+    ]
+
+
+def fanout_output(pattern, members, key="member"):
+    """``pattern`` (with ``{key}``) as the output of one job: itself (members None: one job per
+    member), or the file of every member of a pool."""
+    if members is None:
         return pattern
-    return expand(pattern, **{key: POOL}, allow_missing=True)
+    return expand(pattern, **{key: members}, allow_missing=True)
 
 
 def fanout_name(prefix, key="member", fanout=FANOUT):

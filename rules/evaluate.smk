@@ -1,46 +1,37 @@
 # Evaluation of every member of every checkpoint, and best-member selection.
 
 
-rule evaluate_member:
-    """A member at checkpoint c (0 = initial pool) on every task's validation and test split.
-    One job per member (fanout: member) or per checkpoint for the whole pool (fanout: pool)."""
-    input:
-        members=checkpoint_member_jsons("member"),
-        validation=data("validation"),
-        test=data("test"),
-        tasks=evaluation_task_files,
-    output:
-        scores=fanout_output(layout.evaluation("{exp}", "{c}", "{member}")),
-    wildcard_constraints:
-        **pool_runs(),
-    params:
-        members=served_names(),
-        **settings("runtime", "backend", "evaluation"),
-    log:
-        layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}")),
-    benchmark:
-        layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}"))
-    threads: model_threads("evaluate")
-    resources:
-        **stage_resources("evaluate"),
-    conda:
-        MODEL_ENV
-    script:
-        "../workflow/scripts/evaluate_member.py"
+for _name, _members, _runs in pool_rules("evaluate_member"):
 
-
-if per_member_runs():  # pool sizes under fanout pool (rules/common.smk: POOL)
-
-    use rule evaluate_member as evaluate_per_member with:
+    rule:
+        """A member at checkpoint c (0 = initial pool) on every task's validation and test
+        split. One job per member (fanout: member) or per checkpoint for the whole pool (fanout:
+        pool; a rule per pool: rules/common.smk, pool_rules)."""
+        name:
+            _name
+        input:
+            members=checkpoint_member_jsons("member"),
+            validation=data("validation"),
+            test=data("test"),
+            tasks=evaluation_task_files,
         output:
-            scores=layout.evaluation("{exp}", "{c}", "{member}"),
+            scores=fanout_output(layout.evaluation("{exp}", "{c}", "{member}"), _members),
         wildcard_constraints:
-            exp=alternatives(OTHER_POOL_RUNS),
+            **_runs,
+        params:
+            members=served_names(),
+            **settings("runtime", "backend", "evaluation"),
         log:
-            layout.log("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{c}")),
+            layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}")),
         benchmark:
-            layout.benchmark("{exp}", "evaluate_{member}", where=layout.checkpoint_where("{c}"))
-        threads: model_threads("evaluate", "member")
+            layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}"))
+        threads: model_threads("evaluate")
+        resources:
+            **stage_resources("evaluate"),
+        conda:
+            MODEL_ENV
+        script:
+            "../workflow/scripts/evaluate_member.py"
 
 
 rule evaluation_table:

@@ -33,53 +33,40 @@ rule sft_member:
         "../workflow/scripts/sft_member.py"
 
 
-rule dpo:
-    """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
-    before it, baselines.spin_history), continuing its own adapter against a frozen copy of
-    it as the reference."""
-    input:
-        preferences=trained_preferences,
-        members=served_member_jsons("member"),
-    output:
-        member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), fanout=DPO_FANOUT),
-        adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), fanout=DPO_FANOUT),
-        adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), fanout=DPO_FANOUT),
-        training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), fanout=DPO_FANOUT),
-    wildcard_constraints:
-        t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
-        **pool_runs(DPO_FANOUT),
-    params:
-        members=served_names(),
-        tracking=tracking,
-        method=method,
-        baselines=baselines,
-        **settings("runtime", "dpo", "lora"),
-    log:
-        layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
-    benchmark:
-        layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
-    threads: model_threads("dpo", DPO_FANOUT)
-    resources:
-        **stage_resources("dpo"),
-    conda:
-        "../envs/train.yaml"
-    script:
-        "../workflow/scripts/dpo.py"
+for _name, _members, _runs in pool_rules("dpo", DPO_FANOUT):
 
-
-if per_member_runs(DPO_FANOUT):  # pool sizes under dpo_fanout pool (rules/common.smk: POOL)
-
-    use rule dpo as dpo_per_member with:
+    rule:
+        """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
+        before it, baselines.spin_history), continuing its own adapter against a frozen copy of
+        it as the reference. One job per member (dpo_fanout: member) or per pool (a rule per
+        pool: rules/common.smk, pool_rules)."""
+        name:
+            _name
+        input:
+            preferences=trained_preferences,
+            members=served_member_jsons("member"),
         output:
-            member=layout.member_json("{exp}", "{t}", "{member}"),
-            adapter_config=layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"),
-            adapter=layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"),
-            training_log=layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"),
+            member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), _members),
+            adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), _members),
+            adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), _members),
+            training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), _members),
         wildcard_constraints:
-            t=r"[1-9]\d*",
-            exp=alternatives(OTHER_POOL_RUNS),
+            t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
+            **_runs,
+        params:
+            members=served_names(),
+            tracking=tracking,
+            method=method,
+            baselines=baselines,
+            **settings("runtime", "dpo", "lora"),
         log:
-            layout.log("{exp}", "dpo_{member}", t="{t}"),
+            layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
         benchmark:
-            layout.benchmark("{exp}", "dpo_{member}", t="{t}")
-        threads: model_threads("dpo", "member")
+            layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
+        threads: model_threads("dpo", DPO_FANOUT)
+        resources:
+            **stage_resources("dpo"),
+        conda:
+            "../envs/train.yaml"
+        script:
+            "../workflow/scripts/dpo.py"

@@ -21,7 +21,6 @@ LOCAL_RULES = {
     "split_prompts",
     "matchmake",
     "aggregate",
-    "gather_preferences",
     "finalize",
     "evaluation_table",
     "plots",
@@ -29,11 +28,18 @@ LOCAL_RULES = {
 
 
 def _rules() -> dict[str, str]:
-    """Rule name -> its body, from every rules/*.smk."""
+    """Rule name -> its body, from every rules/*.smk: ``rule <name>:``, and a rule defined in a
+    loop (one per pool: ``for ... in pool_rules("<name>")``, or ``name:`` then a literal)."""
     out = {}
     for path in RULE_FILES:
-        parts = re.split(r"^rule (\w+):\n", path.read_text(), flags=re.M)
-        out.update(dict(zip(parts[1::2], parts[2::2])))
+        # top-level statements: a rule, or a loop whose body defines rules
+        for chunk in re.split(r"^(?=rule \w+:|for |if |def |\S+ = )", path.read_text(), flags=re.M):
+            named = re.match(r"rule (\w+):\n", chunk)
+            if named:
+                out[named.group(1)] = chunk[named.end() :]
+            elif re.search(r"^\s+rule:\n", chunk, flags=re.M):
+                stage = re.search(r'pool_rules\("(\w+)"', chunk) or re.search(r'name:\s+\(?"(\w+)"', chunk)
+                out[stage.group(1)] = chunk
     return out
 
 
@@ -221,8 +227,7 @@ def test_paper_scale_dag_job_counts(paper_workdir):
         "init_state": 1,
         "split_prompts": 1,
         "matchmake": 8,
-        "aggregate": 8,
-        "gather_preferences": 8,
+        "aggregate": 8,  # the last (here the only) round also writes the iteration's pairs
         "dpo": 80,
         "finalize": 1,
         "evaluation_table": 1,
@@ -232,13 +237,13 @@ def test_paper_scale_dag_job_counts(paper_workdir):
         "pair_accuracy": 7,
         "all": 1,
     }
-    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 157}
+    assert counts == {**common, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 149}
     print(f"paper-scale dry run (fanout pool): {seconds:.1f} s")
     counts, seconds = _dry_run(paper_workdir, "--config", "fanout=member")
-    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 382}
+    assert counts == {**common, "combat": 80, "judge": 80, "evaluate_member": 90, "total": 374}
     print(f"paper-scale dry run (fanout member): {seconds:.1f} s")
     counts, _ = _dry_run(paper_workdir, "--config", "dpo_fanout=pool")
-    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 85}
+    assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 77}
 
 
 def test_paper_study_dag(paper_workdir):
@@ -250,11 +255,14 @@ def test_paper_study_dag(paper_workdir):
     assert counts["init_hub_member"] == 10 * 3 and counts["split_prompts"] == 3
     assert counts["evaluation_table"] == runs and counts["compare"] == 1 and counts["finalize"] == runs
     # fanout pool (paper.yaml): one job per round and per evaluated checkpoint serves the full
-    # pool; the pool sizes' runs one job per member (<stage>_per_member); checkpoint 0 is shared
+    # pool; each pool size has its rules (<stage>_pool2 ...), one job per round and checkpoint
+    # too; checkpoint 0 is shared; DPO one job per run and iteration (paper-study.yaml)
     assert counts["evaluate_member"] == 3 + 3 * 9 * 8 and counts["combat"] == counts["judge"] == 3 * 9 * 8
-    for stage in ("combat", "judge", "evaluate"):
-        assert counts[f"{stage}_per_member"] == 3 * (3 + 5 + 7) * 8
-    assert counts["dpo"] == 3 * (9 * 10 + 3 + 5 + 7) * 8  # dpo_fanout member (paper.yaml)
+    assert counts["dpo"] == 3 * 9 * 8
+    for stage in ("combat", "judge", "dpo", "evaluate_member"):
+        assert [counts[f"{stage}_pool{i}"] for i in (2, 3, 4)] == [3 * 8] * 3
+    assert not any("per_member" in rule for rule in counts)
+    assert counts["aggregate"] == counts["matchmake"] == 36 * 8
     print(f"paper-scale study dry run: {seconds:.1f} s, {counts['total']} jobs")
 
 

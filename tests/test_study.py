@@ -112,8 +112,9 @@ def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
 def test_another_pool_is_served_by_jobs_of_its_own(study):
     """fanout pool in a study with another pool: the pool most runs use is served one job
     per round, DPO and evaluation (the plain rules); the other pool's run, and the shared
-    initial pool that holds both pools' members, one job per member (<stage>_per_member: a
-    rule's outputs are fixed); the other run starts from the shared pool and its evaluation."""
+    initial pool that holds both pools' members, by rules of their own (<stage>_pool2 ...: a
+    rule's outputs are fixed), one job per round, DPO and checkpoint too; the other run starts
+    from the shared pool and its evaluation."""
     out, proc = study
     other = out / "spin_other-seed3"
     for kind in ("responses", "judgments"):
@@ -122,13 +123,13 @@ def test_another_pool_is_served_by_jobs_of_its_own(study):
     assert sorted(p.name for p in (other / "iter_1/members").iterdir()) == ["ann", "bob", "dan"]
     evaluated = sorted(p.stem for p in (other / "evaluation/checkpoint_1").glob("*.parquet"))
     assert evaluated == ["ann", "bob", "dan"]
-    assert (other / "logs/iter_1/round_0/combat_dan.log").is_file()
+    assert (other / "logs/iter_1/round_0/combat_pool.log").is_file()
     assert (out / "sparta-seed3/logs/iter_1/round_0/combat_pool.log").is_file()
-    assert (out / "_init-seed3/logs/evaluation/checkpoint_0/evaluate_dan.log").is_file()
+    assert (out / "_init-seed3/logs/evaluation/checkpoint_0/evaluate_pool.log").is_file()
     assert not (other / "iter_0/members").exists()  # checkpoint 0 and its evaluation: the shared run's
     ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, flags=re.M))
-    per_member = {f"{stage}_per_member" for stage in ("combat", "judge", "dpo", "evaluate")}
-    assert per_member <= ran, sorted(ran)
+    pools = {rule.rsplit("_pool", 1)[0] for rule in ran if re.fullmatch(r"\w+_pool\d+", rule)}
+    assert {"combat", "judge", "dpo", "evaluate_member"} <= pools, sorted(ran)
     assert {"combat", "judge", "dpo", "evaluate_member"} <= ran
     selection = pd.read_csv(other / "evaluation/selection.tsv", sep="\t")
     assert set(selection["member"].dropna()) <= {"ann", "bob", "dan"}

@@ -174,6 +174,12 @@ def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_
     history = pd.read_parquet(out / "reputation_history.parquet")
     assert sorted(history["round"].unique()) == [0, 1] and len(history) == 4
     assert (out / "final_state.parquet").is_file()
+    # round 0: rule aggregate_round; the last round's aggregation also writes the iteration's
+    # preference set, both rounds' pairs in order
+    rounds = [pd.read_parquet(out / f"iter_1/round_{r}/preferences.parquet") for r in (0, 1)]
+    every = pd.read_parquet(out / "iter_1/preferences.parquet")
+    pd.testing.assert_frame_equal(every, pd.concat(rounds, ignore_index=True))
+    assert (out / "logs/iter_1/round_1/aggregate.log").is_file()
 
 
 @pytest.mark.parametrize(

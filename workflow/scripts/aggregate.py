@@ -1,5 +1,6 @@
 """rule aggregate: Sparta's weighted aggregation, Eq. (1) and preference pairs for one round;
-or a baseline's pairs (each member's own), with the reputations left as they are."""
+or a baseline's pairs (each member's own), with the reputations left as they are. The
+iteration's last round also writes the iteration's preference set: every round's pairs."""
 
 from sparta import tables
 from sparta.logs import setup
@@ -18,16 +19,22 @@ responses = tables.read_many(sm.input.responses, "responses")
 judgments = tables.read_many(sm.input.judgments, "judgments")
 # Sparta: Eq. (1) duel by duel; a baseline: no reputations, every member its own pairs
 history, prefs, counts = method.aggregate(
-    state, duels, responses, judgments, params, job.baselines, t, int(sm.wildcards.r)
+    state, duels, responses, judgments, params, job.baselines, t, int(sm.params.round)
 )
 tables.write(history, sm.output.history, "history")
 tables.write(prefs, sm.output.preferences, "preferences")
 tables.write(state.to_frame(), sm.output.state, "state")
+if "iteration" in sm.output.keys():  # the last round: the pairs every member trains on
+    every = tables.read_many([*sm.input.earlier, sm.output.preferences], "preferences")
+    tables.write(every, sm.output.iteration, "preferences")
+    log.info("iteration %d: %d preference pairs", t, len(every))
+    if len(every) == 0:
+        log.warning("no preference pairs this iteration: every member stays unchanged")
 unusable = int(judgments["score"].isna().sum())
 log.info(
     "iteration %d round %s (%s): %s; %d of %d judgments unusable",
     t,
-    sm.wildcards.r,
+    sm.params.round,
     method.name,
     counts,
     unusable,
