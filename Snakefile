@@ -26,10 +26,3 @@ rule all:
     input:
         final_outputs(),
     default_target: True
-
-
-# every input, params and resources function's parameters read once for the whole plan, not
-# once per job (sparta/planning.py)
-from sparta import planning
-
-planning.precompute_signatures(workflow.rules)

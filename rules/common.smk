@@ -219,15 +219,6 @@ def round_tables(kind):
     return paths
 
 
-def iteration_tables(name):
-    """Input function: a table of every round of iteration t."""
-
-    def paths(wildcards):
-        return [layout.round_table(wildcards.exp, wildcards.t, r, name) for r in rounds_of(wildcards.exp)]
-
-    return paths
-
-
 def tables_of(exp, name):
     """Every round's table ``name`` over the whole run: one of layout.ROUND_TABLES, or of
     layout.MEMBER_TABLES for each member."""

@@ -21,7 +21,6 @@ its own.
 from __future__ import annotations
 
 import atexit
-import inspect
 import os
 import sys
 
@@ -29,8 +28,8 @@ CHECK_VARIABLE = "SPARTA_CHECK_OUTPUT_INDEX"
 
 
 class SuffixOutputIndex:
-    """Snakemake's OutputIndex interface (``match``, ``match_producers``), keyed by the
-    outputs' constant suffixes."""
+    """Snakemake's OutputIndex as its DAG uses it (``match_producers``), keyed by the outputs'
+    constant suffixes."""
 
     def __init__(self, rules) -> None:
         from snakemake.common.prefix_lookup import PrefixLookup
@@ -46,10 +45,6 @@ class SuffixOutputIndex:
         for _, (rule, prefix, product) in self._lookup.match_iter(targetfile[::-1]):
             if targetfile.startswith(prefix):
                 yield rule, product
-
-    def match(self, targetfile: str) -> set:
-        """The rules with an output whose constant prefix and suffix the file has."""
-        return {rule for rule, _ in self._candidates(targetfile)}
 
     def match_producers(self, targetfile: str) -> set:
         """The rules with an output, log or benchmark that matches the file."""
@@ -86,37 +81,6 @@ class CheckedOutputIndex(SuffixOutputIndex):
             )
         CheckedOutputIndex.lookups += 1
         return ours
-
-
-def _functions(rule):
-    """The functions of a rule Snakemake calls per job: input, params, log and resources."""
-    for items in (rule.input, rule.params, rule.log):
-        for _, item in items._allitems():
-            inner = getattr(getattr(item, "_file", item), "callable", None) or item
-            if inspect.isfunction(inner):
-                yield inner
-    for value in dict(rule.resources).values():
-        if inspect.isfunction(value):
-            yield value
-
-
-def precompute_signatures(rules) -> int:
-    """Each function's parameters read once, not once per job: Snakemake asks a function's
-    signature every time it calls it (to pass only the arguments it takes: wildcards, input,
-    threads ...), which was a tenth of planning Table 1, unless the function carries them
-    (snakemake.common.overwrite_function_params, which this uses). The parameters are the
-    function's own, so every call gets what it got before. Returns how many were set."""
-    try:
-        from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR as attr
-    except ImportError:
-        return 0
-    done = 0
-    for rule in rules:
-        for func in _functions(rule):
-            if not hasattr(func, attr):
-                setattr(func, attr, inspect.signature(func).parameters)
-                done += 1
-    return done
 
 
 def _report() -> None:
