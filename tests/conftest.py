@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 
 from .tiny import build_tiny_model
@@ -16,17 +18,54 @@ def tiny(tmp_path_factory):
     return loader.load(spec), loader.tokenizer(spec)
 
 
+@contextlib.contextmanager
+def _built_once(tmp_path_factory, name: str):
+    """A folder every pytest-xdist worker of this session shares (the workers' common base
+    folder; the session's own without xdist), locked while the first one builds it: yields
+    the folder and whether it is still to build. A whole run is made once per session, not
+    once per worker."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    with FileLock(str(shared / f"{name}.lock")):
+        folder = shared / name
+        yield folder, not (folder / ".built").exists()
+        (folder / ".built").touch()
+
+
 @pytest.fixture(scope="session")
 def tiny_base(tmp_path_factory):
-    """A tiny random chat model folder (the base of the workflow tests' pools)."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny_base") / "model")
+    """A tiny random chat model folder (the base of the workflow tests' pools), one for every
+    worker (so the runs' settings, which hold its path, are the same in every test)."""
+    with _built_once(tmp_path_factory, "tiny_base") as (folder, to_build):
+        if to_build:
+            build_tiny_model(folder / "model")
+    return folder / "model"
 
 
 @pytest.fixture(scope="session")
 def run_a(tmp_path_factory, tiny_base):
     """The tiny workflow run once, locally, with fanout member: the reference other runs
-    (resumed, pooled, through Slurm) are compared with."""
-    root = tmp_path_factory.mktemp("run_a")
-    cfg = write_config(root, tiny_config(tiny_base))
-    proc = run_snakemake(root / "work", cfg)
-    return root / "work", proc
+    (resumed, pooled, through Slurm) are compared with. Built once for all workers; tests
+    copy it before changing anything."""
+    with _built_once(tmp_path_factory, "run_a") as (root, to_build):
+        if to_build:
+            cfg = write_config(root, tiny_config(tiny_base))
+            run_snakemake(root / "work", cfg)
+    return root / "work", None
+
+
+def pytest_collection_modifyitems(config, items):
+    """The order the test modules run in: those that read the shared tiny run (run_a) first,
+    then the other whole-workflow modules, then the quick ones; a module's tests stay together
+    and in order. Under pytest-xdist (``--dist loadfile``, pyproject.toml) each module runs on
+    one worker, its module fixtures built once; the longest ones start first, so the workers
+    finish together."""
+    modules: dict[str, int] = {}
+    for item in items:
+        name = item.module.__name__
+        weight = 0 if "run_a" in item.fixturenames else 1 if item.get_closest_marker("slow") else 2
+        modules[name] = min(modules.get(name, 2), weight)
+    order = {name: k for k, name in enumerate(modules)}
+    items.sort(key=lambda item: (modules[item.module.__name__], order[item.module.__name__]))
