@@ -56,16 +56,35 @@ def run_a(tmp_path_factory, tiny_base):
     return root / "work", None
 
 
+# The longest modules first (seconds each took alone on 2 cores, 2026-12-02), so the two
+# workers finish together: the first builds the shared tiny run, the second starts the real
+# default pool meanwhile. A module not listed runs after these, the slow ones first.
+LONGEST_FIRST = (
+    "test_workflow",  # builds run_a (about 140 s), then 4 runs of its own
+    "test_default_pool",  # the real SmolLM2 pool at test size
+    "test_slurm",
+    "test_study",
+    "test_hub",
+    "test_side_by_side",
+    "test_reference_judge",
+    "test_export",
+    "test_integrity",
+    "test_handoff",
+    "test_keep",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The order the test modules run in: those that read the shared tiny run (run_a) first,
-    then the other whole-workflow modules, then the quick ones; a module's tests stay together
-    and in order. Under pytest-xdist (``--dist loadfile``, pyproject.toml) each module runs on
-    one worker, its module fixtures built once; the longest ones start first, so the workers
-    finish together."""
+    """The order the test modules run in: :data:`LONGEST_FIRST`, then the other modules with
+    slow tests, then the quick ones; a module's tests stay together and in order. Under
+    pytest-xdist (``--dist loadfile``, pyproject.toml) each module runs on one worker, its
+    module fixtures built once, and a worker takes the next module in this order when it is
+    free."""
     modules: dict[str, int] = {}
     for item in items:
-        name = item.module.__name__
-        weight = 0 if "run_a" in item.fixturenames else 1 if item.get_closest_marker("slow") else 2
-        modules[name] = min(modules.get(name, 2), weight)
+        name = item.module.__name__.rsplit(".", 1)[-1]
+        rank = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+        rank += 1 if rank == len(LONGEST_FIRST) and not item.get_closest_marker("slow") else 0
+        modules[name] = min(modules.get(name, rank), rank)
     order = {name: k for k, name in enumerate(modules)}
-    items.sort(key=lambda item: (modules[item.module.__name__], order[item.module.__name__]))
+    items.sort(key=lambda item: (modules[(n := item.module.__name__.rsplit(".", 1)[-1])], order[n]))

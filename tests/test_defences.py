@@ -37,7 +37,8 @@ from sparta.settings import JudgeSettings
 
 from .helpers import served_model
 
-DEFAULT = JudgeSettings(mode="expected", max_length=1024, batch_size=4)
+# every defence on (datamarking is off by default: see test_the_default_defences)
+DEFAULT = JudgeSettings(mode="expected", max_length=1024, batch_size=4, datamark=True)
 OFF = replace(DEFAULT, secret_labels=False, datamark=False, plain_text=False, sanitize=False, fence=False)
 SANITIZING = replace(DEFAULT, sanitize=True)
 DEV = Path(__file__).resolve().parents[1] / "benchmarks" / "attacks_dev.jsonl"
@@ -162,6 +163,14 @@ def test_the_monitor_flags_and_alters_nothing_by_default(tiny):
     assert defences(DEFAULT) == "secret_labels,datamark,plain_text,fence" and defences(OFF) == "none"
     assert defences(SANITIZING) == "secret_labels,datamark,plain_text,sanitize,fence"
     assert "secret_labels" not in defences(replace(DEFAULT, mode="generate"))  # expected mode only
+
+
+def test_the_default_defences():
+    """Secret labels, plain-text tokens and the fence by default; datamarking is a switch, off
+    (on SmolLM2-135M judges it cost label accuracy and stopped no attack family: README)."""
+    assert defences(JudgeSettings(mode="expected")) == "secret_labels,plain_text,fence"
+    assert not altered("x  y", present("x  y", JudgeSettings()), JudgeSettings())
+    assert "\u00ac" not in present("a b c", JudgeSettings())
 
 
 class LabelReader:

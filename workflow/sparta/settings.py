@@ -198,10 +198,11 @@ class _Judging:
         authors="(their code: none)",
     )
     datamark: bool = setting(
-        True,
+        False,
         help="Defence: spotlighting by datamarking (Hines et al. 2024); the answer is shown with a "
         "marker in place of its whitespace, and the judge is told marked text is data, never "
-        "instructions.",
+        "instructions. Off by default: with SmolLM2-135M judges it cost label accuracy and "
+        "stopped no attack family (README, Judging).",
         constant="judging defence: datamarking",
         source="sparta",
         authors="(their code: none)",
