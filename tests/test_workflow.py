@@ -157,7 +157,7 @@ def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_
         tiny_base,
         "garbled",
         fanout="member",  # one job per member: the cluster default
-        dpo_fanout="pool",  # (what is tested here ends before training: one DPO job, not 3)
+        dpo_fanout="pool",  # one DPO job, not 3: training is not what this test checks
         iterations=1,
         judge={"mode": "generate", "max_new_tokens": 6},
         members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
