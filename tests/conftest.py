@@ -46,9 +46,9 @@ def tiny_base(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def run_a(tmp_path_factory, tiny_base):
-    """The tiny workflow run once, locally, with fanout member: the reference other runs
-    (resumed, pooled, through Slurm) are compared with. Built once for all workers; tests
-    copy it before changing anything."""
+    """The tiny workflow run once, locally, with fanout pool (the embedded default): the
+    reference other runs (resumed, per member, through Slurm) are compared with. Built once
+    for all workers; tests copy it before changing anything."""
     with _built_once(tmp_path_factory, "run_a") as (root, to_build):
         if to_build:
             cfg = write_config(root, tiny_config(tiny_base))

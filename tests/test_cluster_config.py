@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -163,8 +164,11 @@ def test_pinned_packages_exist_in_the_registry():
             name, version = line.split("==")
             pins.setdefault(name.lower(), set()).add(version.strip())
     missing, unreachable = [], []
+    # one `pip index` process per package, 8 at a time: each mostly waits on the registry
+    with ThreadPoolExecutor(8) as pool:
+        listed = dict(zip(sorted(pins), pool.map(_available_versions, sorted(pins))))
     for name, versions in sorted(pins.items()):
-        available = _available_versions(name)
+        available = listed[name]
         if available is None:
             unreachable.append(name)
             continue

@@ -279,7 +279,7 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     assert "iter_2/round_0 has no state.parquet" in capsys.readouterr().err
 
     bad.unlink()
-    weights = work / EXP / "iter_1/members/bob/adapter/adapter_model.safetensors"
+    weights = work / EXP / "iter_2/members/bob/adapter/adapter_model.safetensors"  # retrained with the rest
     weights.unlink()
     run_snakemake(work, cfg)
     for pattern in [*ROUND_TABLES, f"{EXP}/iter_*/members/*/adapter/adapter_model.safetensors"]:
