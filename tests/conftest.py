@@ -56,21 +56,27 @@ def run_a(tmp_path_factory, tiny_base):
     return root / "work", None
 
 
-# The longest modules first (seconds each took alone on 2 cores, 2026-12-02), so the two
-# workers finish together: the first builds the shared tiny run, the second starts the real
-# default pool meanwhile. A module not listed runs after these, the slow ones first.
+# The longest modules first, so the two workers finish together: the first builds the shared
+# tiny run, the second starts the real default pool meanwhile. Worker-seconds of each module in
+# a fresh-clone CI run on 2 cores (2026-12-03): workflow 762 (with the shared run), default pool
+# 703, study 487, slurm 418, hub 239, side by side 187, reference judge 174, export 90,
+# integrity 90, cluster config 88, the rest under 30 each. A module not listed runs after
+# these, the slow ones first. pyproject.toml passes --no-loadscope-reorder: pytest-xdist would
+# otherwise hand out the modules with the most tests first (the default pool, 2 tests, last).
 LONGEST_FIRST = (
-    "test_workflow",  # builds run_a (about 140 s), then 4 runs of its own
-    "test_default_pool",  # the real SmolLM2 pool at test size
-    "test_slurm",
+    "test_workflow",
+    "test_default_pool",
     "test_study",
+    "test_slurm",
     "test_hub",
     "test_side_by_side",
     "test_reference_judge",
     "test_export",
     "test_integrity",
-    "test_handoff",
+    "test_cluster_config",
+    "test_planning",
     "test_keep",
+    "test_handoff",
 )
 
 
@@ -79,7 +85,7 @@ def pytest_collection_modifyitems(config, items):
     slow tests, then the quick ones; a module's tests stay together and in order. Under
     pytest-xdist (``--dist loadfile``, pyproject.toml) each module runs on one worker, its
     module fixtures built once, and a worker takes the next module in this order when it is
-    free."""
+    free (in this order: ``--no-loadscope-reorder``)."""
     modules: dict[str, int] = {}
     for item in items:
         name = item.module.__name__.rsplit(".", 1)[-1]

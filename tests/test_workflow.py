@@ -156,8 +156,9 @@ def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_
     cfg = tiny_config(
         tiny_base,
         "garbled",
-        fanout="member",  # one job per member: the cluster default
-        dpo_fanout="pool",  # one DPO job, not 3: training is not what this test checks
+        # one job per stage and round (fanout member, the cluster default, runs in
+        # tests/test_slurm.py, its tables equal to the pooled run's)
+        fanout="pool",
         iterations=1,
         judge={"mode": "generate", "max_new_tokens": 6},
         members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
