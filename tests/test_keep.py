@@ -58,7 +58,7 @@ def test_a_failing_rerun_leaves_the_finished_run_as_it_was(run_a, tiny_base, tmp
     judgments = [p for p in before if "/iter_1/" in p and "/judgments/" in p]
     assert judgments
     bad = write_config(tmp_path / "bad", tiny_config(tiny_base, judge={"max_length": 64}))
-    proc = run_snakemake(work, bad, "--cores", "1", check=False)
+    proc = run_snakemake(work, bad, check=False, cores=1)
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert "set aside the" in proc.stderr and "previous output file(s) are back" in proc.stderr
     after = _finished_files(work)

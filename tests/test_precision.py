@@ -134,13 +134,13 @@ def test_local_cpu_jobs_fill_the_cores(tmp_path, tiny_base):
     side), a job of one member one thread (two run side by side), trainers included, whatever
     resources.<stage>.gpu says (a cluster's)."""
     cfg = write_config(tmp_path, tiny_config(tiny_base, dpo_fanout="member"))
-    proc = run_snakemake(tmp_path / "work", cfg, "-n")
+    proc = run_snakemake(tmp_path / "work", cfg, "-n", cores=2)
     threads = _threads_by_rule(proc.stdout + proc.stderr)
     assert threads["sft_member"] == {1} and threads["dpo"] == {1}
     assert threads["combat"] == {2} and threads["judge"] == {2}
     # a study of two runs: their pool jobs run side by side, one thread each
     study = tiny_config(tiny_base, dpo_fanout="member")
     study["study"] = {"seeds": [1], "experiments": {"a": {}, "b": {"dpo": {"learning_rate": 1.0e-4}}}}
-    proc = run_snakemake(tmp_path / "study", write_config(tmp_path / "s", study), "-n")
+    proc = run_snakemake(tmp_path / "study", write_config(tmp_path / "s", study), "-n", cores=2)
     threads = _threads_by_rule(proc.stdout + proc.stderr)
     assert threads["combat"] == threads["judge"] == threads["evaluate_member"] == {1}, threads

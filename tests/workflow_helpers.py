@@ -20,7 +20,21 @@ def write_config(folder: Path, config: dict) -> Path:
     return path
 
 
-def snakemake_cmd(workdir: Path, configfile: Path, *extra: str) -> list[str]:
+def _test_cores() -> int:
+    """Cores a test's snakemake runs with: 2 (the README's machine), shared among the
+    pytest-xdist workers where the machine has no more (on 2 cores and 2 workers: 1 each).
+    Two runs with 2 cores each on 2 cores put up to 8 torch threads on them: two tiny runs side
+    by side took 224 s and 396 CPU-s that way, 170 s and 305 CPU-s with 1 core each
+    (2026-12-03). Every run of a test session gets the same count, so runs the tests compare
+    thread for thread; tests of the thread rule itself pass ``cores``."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(2, (os.cpu_count() or 1) // workers))
+
+
+CORES = _test_cores()
+
+
+def snakemake_cmd(workdir: Path, configfile: Path, *extra: str, cores: int | None = None) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -32,14 +46,16 @@ def snakemake_cmd(workdir: Path, configfile: Path, *extra: str) -> list[str]:
         "--configfile",
         str(configfile),
         "--cores",
-        "2",
+        str(cores or CORES),
         *extra,
     ]
 
 
-def run_snakemake(workdir: Path, configfile: Path, *extra: str, timeout: int = 1200, check=True):
+def run_snakemake(
+    workdir: Path, configfile: Path, *extra: str, timeout: int = 1200, check=True, cores: int | None = None
+):
     proc = subprocess.run(
-        snakemake_cmd(workdir, configfile, *extra),
+        snakemake_cmd(workdir, configfile, *extra, cores=cores),
         capture_output=True,
         text=True,
         timeout=timeout,
