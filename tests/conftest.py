@@ -58,11 +58,12 @@ def run_a(tmp_path_factory, tiny_base):
 
 # The longest modules first, so the two workers finish together: the first builds the shared
 # tiny run, the second starts the real default pool meanwhile. Worker-seconds of each module in
-# a fresh-clone CI run on 2 cores (2026-12-03): workflow 762 (with the shared run), default pool
-# 703, study 487, slurm 418, hub 239, side by side 187, reference judge 174, export 90,
-# integrity 90, cluster config 88, the rest under 30 each. A module not listed runs after
-# these, the slow ones first. pyproject.toml passes --no-loadscope-reorder: pytest-xdist would
-# otherwise hand out the modules with the most tests first (the default pool, 2 tests, last).
+# a fresh-clone CI run on 2 cores (2026-12-03, a core per test run): study 637, workflow 460
+# (with the shared run), default pool 457, slurm 332, hub 296, side by side 221, reference
+# judge 186, cluster config 84, export 80, integrity 51, the rest under 20 each; both workers
+# were busy to the end. A module not listed runs after these, the slow ones first.
+# pyproject.toml passes --no-loadscope-reorder: pytest-xdist would otherwise hand out the
+# modules with the most tests first (the default pool, 2 tests, last).
 LONGEST_FIRST = (
     "test_workflow",
     "test_default_pool",
