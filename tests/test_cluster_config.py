@@ -166,10 +166,9 @@ def test_pinned_packages_exist_in_the_registry():
     missing, unreachable = [], []
     # one `pip index` process per package, 8 at a time: each mostly waits on the registry
     with ThreadPoolExecutor(8) as pool:
-        listed = dict(zip(sorted(pins), pool.map(_available_versions, sorted(pins))))
+        listed = dict(zip(pins, pool.map(_available_versions, pins)))
     for name, versions in sorted(pins.items()):
-        available = listed[name]
-        if available is None:
+        if (available := listed[name]) is None:
             unreachable.append(name)
             continue
         missing += [f"{name}=={v}" for v in versions if v not in available]
