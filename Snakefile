@@ -24,5 +24,5 @@ include: "rules/report.smk"
 
 rule all:
     input:
-        final_outputs(),
+        final_outputs(requested_of),
     default_target: True

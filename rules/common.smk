@@ -411,7 +411,49 @@ def outputs_of(exp):
     ]
 
 
-def final_outputs():
+def target_of(exp):
+    """Files of a run that every job of it leads to (the evaluation and analysis tables, the
+    figures, the settings, the reputation history and final state, every iteration's
+    preferences, every member's last checkpoint): asked for, they put every job of the run in
+    the plan, as asking for every artifact (:func:`outputs_of`) does."""
+    s, last = RUNS[exp], iterations_of(exp)[-1]
+    evaluation = []
+    if s.evaluation.enabled:
+        evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", layout.SELECTION, layout.SCORES)]
+    analysis = []
+    if s.analysis.enabled:
+        analysis = [layout.figure(exp, name) for name in REPORT_FIGURES]
+        analysis += [layout.analysis(exp, name) for name in ANALYSIS_TABLES]
+    return [
+        *evaluation,
+        *analysis,
+        layout.run_file(exp, layout.SETTINGS),
+        layout.run_file(exp, "reputation_history.parquet"),
+        layout.run_file(exp, "final_state.parquet"),
+        layout.initial_state(exp),
+        *[layout.preferences(exp, t) for t in iterations_of(exp)],
+        *[checkpoint_json(exp, m, last) for m in members_of(exp)],
+    ]
+
+
+# SPARTA_FULL_TARGET=1: rule all asks for every artifact of every run, begun or not
+FULL_TARGET = os.environ.get("SPARTA_FULL_TARGET") == "1"
+
+
+def requested_of(exp):
+    """What rule all asks of a run. Once any artifact of it exists (its shared initial pool's
+    count), every artifact: snakemake rebuilds a missing file only when something asks for it,
+    and no job reads an earlier checkpoint's adapter, say. Before that, :func:`target_of`: the
+    plan has the same jobs (every output of every job is missing; tests/test_planning.py
+    compares the two plans) and costs a fraction, since each file asked for costs the plan
+    time (benchmarks/bench_dag.py: Table 1 asks for ~165,000 artifacts, ~12,000 files)."""
+    full = outputs_of(exp)
+    return full if FULL_TARGET or any(map(os.path.exists, full)) else target_of(exp)
+
+
+def final_outputs(per_run=outputs_of):
+    """Every artifact of every run (per_run=requested_of: what rule all asks for), the
+    study's comparison, the shared bases and the hub manifest."""
     study = []
     if STUDY.is_study and any(s.evaluation.enabled for s in STUDY.experiments.values()):
         study = [
@@ -423,7 +465,7 @@ def final_outputs():
     used = {m.base for s in RUNS.values() for m in s.members}  # config.yaml's toy base, unused: no
     bases = [f"{layout.base_dir(base)}/config.json" for base in GGUF_BASES if base in used]
     bases += [layout.hub_manifest()] if HUB_IDS else []
-    return [path for exp in EXPERIMENTS for path in outputs_of(exp)] + study + bases
+    return [path for exp in EXPERIMENTS for path in per_run(exp)] + study + bases
 
 
 # Integrity (sparta/integrity.py): every finished file of the target whose size, or whose

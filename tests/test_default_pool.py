@@ -31,6 +31,10 @@ def default_run(tmp_path_factory):
     cfg = merge(yaml.safe_load((REPO / "config.yaml").read_text()), yaml.safe_load(TEST_CONFIG.read_text()))
     cfg["prompts"]["file"] = str(REPO / cfg["prompts"]["file"])
     cfg["sft"]["data_dir"] = str(REPO / cfg["sft"]["data_dir"])
+    # one DPO job for the four members (the default's four side by side are the fastest on 2
+    # idle cores; here the tests share the cores, and each job is ~8 s of imports): DPO one
+    # job per member runs in tests/test_slurm.py
+    cfg["dpo_fanout"] = "pool"
     run_snakemake(root / "work", write_config(root, cfg), timeout=1800)
     return root / "work" / "results" / cfg["experiment"]
 

@@ -291,6 +291,24 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
             )
 
 
+def test_a_deleted_file_no_job_reads_is_planned_again(run_a, tmp_path):
+    """Rule all asks for each run's last files only (rules/common.smk, target_of): an
+    earlier checkpoint's adapter, which no later job reads (they read its member.json), is
+    still rebuilt when deleted, by its DPO job, with what depends on it; the intact run plans
+    nothing."""
+    work = tmp_path / "work"
+    shutil.copytree(run_a[0], work, symlinks=True)
+    cfg = run_a[0].parent / "config.yaml"
+    assert "Nothing to be done" in run_snakemake(work, cfg, "-n").stdout
+    weights = f"{EXP}/iter_1/members/cid/adapter/adapter_model.safetensors"
+    (work / weights).unlink()
+    plan = run_snakemake(work, cfg, "-n").stdout
+    assert re.search(rf"reason: Missing output files: .*{re.escape(weights)}", plan), plan[-3000:]
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.M))
+    # iteration 1's DPO, then iteration 2 (fanout pool: one job per stage)
+    assert jobs["dpo"] == "2" and jobs["combat"] == jobs["judge"] == "1", jobs
+
+
 def test_cli_names_a_damaged_table_in_one_line(run_a, tmp_path, capsys):
     from sparta.cli import main
 
