@@ -383,40 +383,12 @@ def member_files(exp, c, member):
     return [checkpoint_json(exp, member, c), *[checkpoint_file(exp, member, c, f) for f in files]]
 
 
-def outputs_of(exp):
-    """Every artifact the README promises for a run, so a rerun rebuilds exactly what is
-    missing: the tables of every round, the preferences of every iteration, every member
-    checkpoint (with its weights), the evaluation and analysis tables, the figures."""
-    s, init = RUNS[exp], init_of(exp)
-    evaluation = []
-    if s.evaluation.enabled:
-        evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", layout.SELECTION, layout.SCORES)]
-        evaluation += evaluations_of(exp)
-    analysis = []
-    if s.analysis.enabled:
-        analysis = [layout.figure(exp, name) for name in REPORT_FIGURES]
-        analysis += [layout.analysis(exp, name) for name in ANALYSIS_TABLES]
-    tables = (*layout.ROUND_TABLES, *layout.MEMBER_TABLES)
-    return [
-        *evaluation,
-        *analysis,
-        layout.run_file(exp, layout.SETTINGS),
-        layout.run_file(exp, "reputation_history.parquet"),
-        layout.run_file(exp, "final_state.parquet"),
-        layout.initial_state(exp),
-        *[layout.data(init, split) for split in layout.SPLITS],
-        *[path for name in tables for path in tables_of(exp, name)],
-        *[layout.preferences(exp, t) for t in iterations_of(exp)],
-        *[path for c in [0, *iterations_of(exp)] for m in members_of(exp) for path in member_files(exp, c, m)],
-    ]
-
-
 def target_of(exp):
     """Files of a run that every job of it leads to (the evaluation and analysis tables, the
     figures, the settings, the reputation history and final state, every iteration's
     preferences, every member's last checkpoint): asked for, they put every job of the run in
     the plan, as asking for every artifact (:func:`outputs_of`) does."""
-    s, last = RUNS[exp], iterations_of(exp)[-1]
+    s = RUNS[exp]
     evaluation = []
     if s.evaluation.enabled:
         evaluation = [layout.evaluation_file(exp, f) for f in ("selection.tsv", layout.SELECTION, layout.SCORES)]
@@ -432,8 +404,24 @@ def target_of(exp):
         layout.run_file(exp, "final_state.parquet"),
         layout.initial_state(exp),
         *[layout.preferences(exp, t) for t in iterations_of(exp)],
-        *[checkpoint_json(exp, m, last) for m in members_of(exp)],
+        *[checkpoint_json(exp, m, iterations_of(exp)[-1]) for m in members_of(exp)],
     ]
+
+
+def outputs_of(exp):
+    """Every artifact the README promises for a run, so a rerun rebuilds exactly what is
+    missing: :func:`target_of`'s files, and the evaluations of every checkpoint, the prompt
+    splits, the tables of every round, every member checkpoint (with its weights)."""
+    init = init_of(exp)
+    tables = (*layout.ROUND_TABLES, *layout.MEMBER_TABLES)
+    files = [
+        *target_of(exp),
+        *(evaluations_of(exp) if RUNS[exp].evaluation.enabled else []),
+        *[layout.data(init, split) for split in layout.SPLITS],
+        *[path for name in tables for path in tables_of(exp, name)],
+        *[path for c in [0, *iterations_of(exp)] for m in members_of(exp) for path in member_files(exp, c, m)],
+    ]
+    return list(dict.fromkeys(files))  # the last checkpoints' member.json are target_of's too
 
 
 # SPARTA_FULL_TARGET=1: rule all asks for every artifact of every run, begun or not
