@@ -270,7 +270,8 @@ def test_paper_study_dag(paper_workdir):
 
 
 def test_the_paper_s_table_1_tasks_expand_with_no_edit():
-    """paper.yaml, paper-study.yaml and the task registry: 12 tasks x 12 experiments x 3 seeds,
+    """paper.yaml, paper-study.yaml and the task registry: 12 tasks x 5 methods (Table 1) and
+    the 7 ablations and pool sizes on the paper's four tasks of Table 3 and Figure 3, x 3 seeds,
     one initial pool per seed shared by every task, each task's X and evaluation from its
     source (a hub dataset, or the file the registry names), and every hub id the study loads."""
     from sparta.config import _check_method, hub_ids, validate
@@ -285,8 +286,22 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
         validate(run.config)  # overlay may unset what paper.yaml sets: config: null)
     # what each method needs of its task (SPIN: a reference answer per prompt), for every run
     assert {e: p for e, s in study.experiments.items() if (p := _check_method(s, REPO, []))} == {}
-    assert len(study.experiments) == 12 * 12 * 3 and len(set(study.pools.values())) == 3
+    assert len(study.experiments) == (12 * 5 + 4 * 7) * 3 and len(set(study.pools.values())) == 3
     runs = study.experiments
+    four = {"alpaca", "com2", "medqa", "gsm8k"}
+    assert {study.tasks[e] for e in runs if study.labels[e] == "no_top_k_match"} == four
+    assert {study.tasks[e] for e in runs if study.labels[e] == "pool_3"} == four
+    assert len({study.tasks[e] for e in runs if study.labels[e] == "sppo"}) == 12
+    # the hub tasks alone (no file to supply): the ablations on MedQA and GSM8K
+    hub = merge(yaml.safe_load((REPO / "config.yaml").read_text()), {})
+    for name in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml"):
+        hub = merge(hub, yaml.safe_load((configs / name).read_text()))
+    hub_runs = expand(validate(hub))
+    assert len(hub_runs.experiments) == (8 * 5 + 2 * 7) * 3
+    assert {hub_runs.tasks[e] for e in hub_runs.experiments if hub_runs.labels[e] == "pool_7"} == {
+        "medqa",
+        "gsm8k",
+    }
     gsm8k, hard = runs["paper/gsm8k/sparta-seed1"], runs["paper/math_hard/spin-seed2"]
     assert (gsm8k.prompts.dataset, gsm8k.prompts.split, gsm8k.prompts.validation) == (
         "openai/gsm8k",

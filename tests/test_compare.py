@@ -218,6 +218,30 @@ def test_best_init_is_each_runs_own_whatever_the_order():
         )
 
 
+def test_an_experiment_on_some_tasks_only_has_rows_there():
+    """study.experiment_tasks (the paper's ablations on four of its tasks): the ablation runs
+    on task t only; t's rows compare it with best init and Sparta, u's rows have no ablation
+    row and no comparison with it."""
+    runs, evaluations, initial = [], {}, {}
+    for task, experiments in {"t": ["sparta", "ablation"], "u": ["sparta"]}.items():
+        for exp in experiments:
+            for s in (1, 2):
+                run = f"s/{task}/{exp}-seed{s}"
+                runs.append({"run": run, "experiment": exp, "seed": s})
+                initial[run] = evaluation("a", 0, ones(5), ones(3)).assign(task=task)
+                final = ones(7) if exp == "sparta" else ones(4)
+                evaluations[run] = evaluation("a", 1, ones(6), final).assign(task=task)
+    table = compare.comparison(pd.DataFrame(runs), evaluations, None, initial, 1_000)
+    rows = table.groupby("task")["experiment"].apply(list).to_dict()
+    assert rows == {"t": ["best init", "sparta", "ablation"], "u": ["best init", "sparta"]}
+    t = by_name(table[table["task"] == "t"])
+    assert t.loc["ablation", "vs_best_init"] == pytest.approx(0.1)  # 0.4 - 0.3
+    assert t.loc["ablation", "vs_sparta"] == pytest.approx(-0.3)  # 0.4 - 0.7
+    assert by_name(table[table["task"] == "u"]).loc["sparta", "vs_best_init"] == pytest.approx(0.4)
+    tables.to_arrow(table, "comparison")
+    assert "ablation" in compare.format_table(table)
+
+
 # --- checkpoint selection --------------------------------------------------------------------
 
 

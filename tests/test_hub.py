@@ -337,6 +337,20 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", plan.stdout, re.M)}
     assert jobs["sft_member"] == 2 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
     assert jobs["hub_dataset"] == 2 and jobs["compare"] == 1  # the dataset's train and test splits
+    # study.experiment_tasks: an ablation on one of the two tasks only (as the paper's Table 3)
+    subset = {
+        **cfg,
+        "study": {
+            **cfg["study"],
+            "experiments": {"sparta": {}, "no_updates": {"reputation": {"updates": False}}},
+        },
+    }
+    subset["study"]["experiment_tasks"] = {"no_updates": ["arith"]}
+    sub_plan = run_snakemake(
+        tmp_path / "subset-work", write_config(tmp_path / "subset", subset), "-n", "-q", "rules"
+    )
+    sub_jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", sub_plan.stdout, re.M)}
+    assert sub_jobs["dpo"] == 3 and sub_jobs["finalize"] == 3 and sub_jobs["sft_member"] == 2
     run_snakemake(work, config, timeout=2400)
     out = work / "results" / "tasks-study"
     pool, other = out / "tinymath" / "_init-seed1", out / "arith" / "_init-seed1"

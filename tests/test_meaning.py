@@ -268,6 +268,22 @@ def message_of_study(cfg: dict) -> str:
         ({"experiments": {"a": {}}, "tasks": {"t": {"seed": 2}}}, "study.tasks.t.seed: an overlay cannot"),
         ({"experiments": {"a": {}}, "tasks": {"t": {"backend": "hf"}}}, "study.tasks.t.backend: backend is"),
         ({"experiments": {"a": {}}, "tasks": {"a": {}}}, "study.tasks: a is also an experiment's name"),
+        (
+            {"experiments": {"a": {}}, "experiment_tasks": {"a": ["t"]}},
+            "study.experiment_tasks: names the tasks",
+        ),
+        (
+            {"experiments": {"a": {}}, "tasks": {"t": {}}, "experiment_tasks": {"b": ["t"]}},
+            "study.experiment_tasks.b: no experiment b in study.experiments (experiments: a)",
+        ),
+        (
+            {"experiments": {"a": {}}, "tasks": {"t": {}}, "experiment_tasks": {"a": ["t", "u"]}},
+            "study.experiment_tasks.a: u not in study.tasks (tasks: t)",
+        ),
+        (
+            {"experiments": {"a": {}}, "tasks": {"t": {}}, "experiment_tasks": {"a": []}},
+            "study.experiment_tasks.a: list at least one task",
+        ),
     ],
 )
 def test_a_bad_study_section_names_the_key(tiny_base, section, key):

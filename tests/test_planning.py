@@ -60,3 +60,32 @@ def test_the_suffix_index_finds_snakemake_s_producers_for_every_file(tmp_path, t
         else:
             assert not any("_pool" in rule for rule in counts)
         assert "gather_preferences" not in counts
+
+
+def test_signatures_are_remembered_per_function_as_snakemake_reads_them():
+    """The cache behind Snakemake's get_function_params: the same parameters as
+    inspect.signature, looked up once per function; a function Snakemake overwrote keeps its
+    overwritten list; installed where Snakemake looks the function up."""
+    import inspect
+
+    import snakemake.common
+    import snakemake.rules
+
+    from sparta import planning
+
+    def needs_input(wildcards, input, threads=1):
+        return []
+
+    params = planning._cached_function_params(needs_input)
+    assert list(params) == ["wildcards", "input", "threads"]
+    assert params == inspect.signature(needs_input).parameters
+    assert planning._cached_function_params(needs_input) is params  # remembered
+    snakemake.common.overwrite_function_params(needs_input, ["wildcards"])
+    assert planning._cached_function_params(needs_input) == ["wildcards"]
+    planning.install()
+    aux = snakemake.common.get_input_function_aux_params(
+        lambda wildcards, **kw: [], {"input": 1, "output": 2}
+    )
+    assert aux == {"input": 1, "output": 2}  # a **kwargs function takes every aux param, as before
+    assert snakemake.rules.get_function_params is planning._cached_function_params
+    assert snakemake.common.get_function_params is planning._cached_function_params

@@ -15,12 +15,14 @@ output's constant prefix and ends with its constant suffix, so keying by either 
 outputs (``tests/test_planning.py`` compares both on every file of a plan:
 ``SPARTA_CHECK_OUTPUT_INDEX=1`` asks both indexes every lookup and stops at the first
 difference). Installed by rules/common.smk; a Snakemake without the index this replaces keeps
-its own.
+its own. Each file's producers are looked up once per DAG (a file has a lookup per job that
+reads it), and the signatures of the rules' input and params functions once per function.
 """
 
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import sys
 
@@ -40,6 +42,7 @@ class SuffixOutputIndex:
                 prefix, suffix = str(product.constant_prefix()), str(product.constant_suffix())
                 entries.append((suffix[::-1], (rule, prefix, product)))
         self._lookup = PrefixLookup(entries=entries)
+        self._found: dict[str, frozenset] = {}  # a DAG asks for the same file once per reader
 
     def _candidates(self, targetfile: str):
         for _, (rule, prefix, product) in self._lookup.match_iter(targetfile[::-1]):
@@ -47,7 +50,14 @@ class SuffixOutputIndex:
                 yield rule, product
 
     def match_producers(self, targetfile: str) -> set:
-        """The rules with an output, log or benchmark that matches the file."""
+        """The rules with an output, log or benchmark that matches the file (remembered: the
+        rules do not change while a DAG is built)."""
+        found = self._found.get(targetfile)
+        if found is None:
+            found = self._found[targetfile] = frozenset(self._match(targetfile))
+        return set(found)
+
+    def _match(self, targetfile: str) -> set:
         found = set()
         for rule, product in self._candidates(targetfile):
             if rule in found:
@@ -73,7 +83,7 @@ class CheckedOutputIndex(SuffixOutputIndex):
         self._snakemake = OutputIndex(rules)
 
     def match_producers(self, targetfile: str) -> set:
-        ours, theirs = super().match_producers(targetfile), self._snakemake.match_producers(targetfile)
+        ours, theirs = self._match(targetfile), self._snakemake.match_producers(targetfile)
         if ours != theirs:
             raise RuntimeError(
                 f"output index: {targetfile}: ours {sorted(r.name for r in ours)}, "
@@ -95,14 +105,52 @@ def _report() -> None:
 GC_THRESHOLDS = (100_000, 50, 1000)
 
 
+_SIGNATURES: dict = {}
+
+
+def _cached_function_params(func):
+    """snakemake.common.get_function_params, remembered per function: Snakemake inspects the
+    signature of an input or params function twice on every call (which of input, output,
+    threads, ... it takes), about 5% of planning Table 1. A rule's functions are made once,
+    when the Snakefile is read, and their signatures never change."""
+    params = getattr(func, "_overwrite_params", None)  # snakemake.common.overwrite_function_params
+    if params is not None:
+        return params
+    try:
+        return _SIGNATURES[func]
+    except KeyError:
+        params = _SIGNATURES[func] = inspect.signature(func).parameters
+        return params
+    except TypeError:  # not hashable
+        return inspect.signature(func).parameters
+
+
+def _cache_signatures() -> bool:
+    """Install :func:`_cached_function_params` where Snakemake looks its function up; False
+    where this Snakemake has no such function."""
+    try:
+        import snakemake.common as common
+        import snakemake.rules as rules
+    except ImportError:
+        return False
+    modules = [m for m in (common, rules) if hasattr(m, "get_function_params")]
+    if len(modules) < 2:
+        return False
+    for module in modules:
+        module.get_function_params = _cached_function_params
+    return True
+
+
 def install() -> bool:
     """Use :class:`SuffixOutputIndex` for the DAGs Snakemake builds from now on; False (and
     Snakemake's own index kept) where this Snakemake has no such index. Also sets the garbage
     collector's thresholds (:data:`GC_THRESHOLDS`) for this snakemake process (a job's script
-    runs in a process of its own)."""
+    runs in a process of its own) and remembers the signatures of the rules' functions
+    (:func:`_cached_function_params`)."""
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
+    _cache_signatures()
     try:
         import snakemake.dag as dag
         from snakemake.output_index import OutputIndex

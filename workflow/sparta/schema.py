@@ -87,6 +87,15 @@ STUDY = {
             "task and seed under results/<experiment>/<task>/<name>-seed<s>/; the initial pool is "
             "shared by every task of a seed, the prompt splits and the pool's evaluation per task."
         ),
+        "experiment_tasks": {
+            "type": "object",
+            "propertyNames": {"pattern": NAME},
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            "description": (
+                "experiment: [task, ...]: the tasks of study.tasks an experiment runs on (default: "
+                "every task), as the paper ran its ablations and pool sizes on four of its tasks."
+            ),
+        },
     },
 }
 """The study section: read by sparta.study, not a setting of one run (an overlay is free-form)."""

@@ -109,6 +109,7 @@ def study_problems(config: dict) -> list[str]:
                         "the study's config, not in an overlay"
                     )
     tasks = section.get("tasks") if isinstance(section.get("tasks"), dict) else {}
+    problems += _subset_problems(section.get("experiment_tasks"), overlays, tasks)
     clash = sorted(set(tasks) & set(overlays or {})) if isinstance(overlays, dict) else []
     if clash:
         problems.append(
@@ -116,6 +117,43 @@ def study_problems(config: dict) -> list[str]:
             "different names (a run is named task/experiment-seed)"
         )
     return problems
+
+
+def _subset_problems(subsets, overlays, tasks: dict) -> list[str]:
+    """What is wrong with ``study.experiment_tasks`` (experiment -> the tasks it runs on)."""
+    if not isinstance(subsets, dict):
+        return []  # absent, or the schema says what is wrong
+    if not tasks:
+        return [
+            "study.experiment_tasks: names the tasks an experiment runs on, of study.tasks; add "
+            "study.tasks or remove study.experiment_tasks"
+        ]
+    problems = []
+    for name, listed in subsets.items():
+        where = f"study.experiment_tasks.{name}"
+        if not isinstance(overlays, dict) or name not in overlays:
+            known = ", ".join(overlays or {}) if isinstance(overlays, dict) else "none"
+            problems.append(f"{where}: no experiment {name} in study.experiments (experiments: {known})")
+        if listed is not None and not isinstance(listed, list):
+            continue  # the schema says what is wrong
+        unknown = [t for t in listed or () if t not in tasks]
+        if unknown:
+            problems.append(
+                f"{where}: {', '.join(map(str, unknown))} not in study.tasks (tasks: {', '.join(tasks)}); "
+                "list tasks of study.tasks, or add the task there"
+            )
+        elif not listed:
+            problems.append(
+                f"{where}: list at least one task, or remove the experiment from study.experiments"
+            )
+    return problems
+
+
+def tasks_of_experiment(section: dict, experiment: str, tasks: dict) -> list:
+    """The tasks an experiment of a study runs on: study.experiment_tasks' list for it (in
+    study.tasks' order), else every task."""
+    listed = (section.get("experiment_tasks") or {}).get(experiment)
+    return list(tasks) if listed is None else [t for t in tasks if t in listed]
 
 
 @dataclass(frozen=True)
@@ -136,15 +174,17 @@ class RunSpec:
 
 def run_configs(config: dict) -> list[RunSpec]:
     """Every run of a study config, each with its merged config (the schema checks each):
-    experiments x seeds, and x tasks with study.tasks."""
+    experiments x seeds, and x tasks with study.tasks (an experiment of study.experiment_tasks
+    on its tasks only)."""
     section = dict(config.get("study") or {})
     config = {k: v for k, v in config.items() if k != "study"}
     seeds = section.get("seeds") or [config.get("seed", 42)]
     tasks = section.get("tasks") or {None: {}}
     return [
-        RunSpec(name, task, seed, merge(merge(config, task_overlay or {}), {**(overlay or {}), "seed": seed}))
-        for task, task_overlay in tasks.items()
+        RunSpec(name, task, seed, merge(merge(config, tasks[task] or {}), {**(overlay or {}), "seed": seed}))
+        for task in tasks
         for name, overlay in (section.get("experiments") or {}).items()
+        if task in tasks_of_experiment(section, name, tasks)
         for seed in seeds
     ]
 
