@@ -89,3 +89,65 @@ def test_signatures_are_remembered_per_function_as_snakemake_reads_them():
     assert aux == {"input": 1, "output": 2}  # a **kwargs function takes every aux param, as before
     assert snakemake.rules.get_function_params is planning._cached_function_params
     assert snakemake.common.get_function_params is planning._cached_function_params
+
+
+class _Job:
+    """What DAG.check_directory_outputs reads of a job: its outputs, order and identity."""
+
+    def __init__(self, name, *output):
+        self.name, self.output = name, list(output)
+
+    def __lt__(self, other):
+        return self.name < other.name
+
+    def __repr__(self):
+        return self.name
+
+
+def test_the_directory_output_check_answers_as_snakemake_s(tmp_path, monkeypatch):
+    """sparta.planning.check_directory_outputs against Snakemake's own method on the same
+    jobs: nested outputs of two jobs (stops, naming both), of one job (passes), siblings,
+    a name that only starts like a folder, relative and absolute spellings of one folder,
+    "." components and a file two jobs write."""
+    import types
+
+    import snakemake.api  # noqa: F401  (before snakemake.dag: a circular import otherwise)
+    from snakemake.dag import DAG
+    from snakemake.exceptions import ChildIOException
+
+    from sparta import planning
+
+    monkeypatch.chdir(tmp_path)
+    planning.install()
+    assert DAG.check_directory_outputs is planning.check_directory_outputs
+    original = planning.REPLACED["check_directory_outputs"]
+    cases = {
+        "siblings": [_Job("a", "r/x/1.txt", "r/x/2.txt"), _Job("b", "r/y/1.txt")],
+        "nested, two jobs": [_Job("a", "r/x"), _Job("b", "r/x/1.txt")],
+        "nested, one job": [_Job("a", "r/x", "r/x/1.txt")],
+        "prefix only": [_Job("a", "r/x"), _Job("b", "r/x1/1.txt"), _Job("c", "r/x.txt")],
+        "absolute and relative": [_Job("a", str(tmp_path / "r" / "x")), _Job("b", "./r//x/./deep/1.txt")],
+        "the same file twice": [_Job("a", "r/x.txt"), _Job("b", "r/x.txt")],
+        "nested, not the first": [_Job("a", "r/x"), _Job("a2", "r/x/a.txt"), _Job("b", "r/x/b/c.txt")],
+    }
+    outcomes = {}
+    for name, jobs in cases.items():
+        dag = types.SimpleNamespace(jobs=jobs)
+        answers = []
+        for check in (original, planning.check_directory_outputs):
+            try:
+                check(dag)
+                answers.append("ok")
+            except ChildIOException as e:
+                answers.append(str(e))
+        assert answers[0] == answers[1], (name, answers)
+        outcomes[name] = answers[0] == "ok"
+    assert outcomes == {
+        "siblings": True,
+        "nested, two jobs": False,
+        "nested, one job": True,
+        "prefix only": True,
+        "absolute and relative": False,
+        "the same file twice": True,
+        "nested, not the first": False,
+    }

@@ -25,6 +25,7 @@ import atexit
 import inspect
 import os
 import sys
+from pathlib import Path
 
 CHECK_VARIABLE = "SPARTA_CHECK_OUTPUT_INDEX"
 
@@ -141,16 +142,68 @@ def _cache_signatures() -> bool:
     return True
 
 
+def _path_parts(path: str, cwd: str) -> tuple[str, ...]:
+    """``Path(path).absolute()``'s components, which pathlib orders paths by on POSIX."""
+    if path.startswith("//"):  # pathlib keeps a leading "//" as its root
+        return Path(path).absolute().parts
+    if not path.startswith("/"):
+        path = f"{cwd}/{path}"
+    return ("/", *(part for part in path.split("/") if part and part != "."))
+
+
+def check_directory_outputs(dag) -> None:
+    """Snakemake's DAG.check_directory_outputs (no output of a job inside a directory output
+    of another), the same answer from components instead of ``Path`` objects: Snakemake sorts
+    every output of the plan as an absolute ``Path`` and compares neighbours with
+    ``os.path.commonpath``, 6.7 s of planning Table 1's 9,971 jobs (2026-12-03). Sorted the
+    same way (pathlib orders by components), a neighbour lies inside an output when that
+    output's components begin it (``tests/test_planning.py`` compares both on nested, equal,
+    relative and absolute paths)."""
+    from snakemake.exceptions import ChildIOException
+
+    cwd = os.getcwd()
+    outputs = sorted({(_path_parts(str(f), cwd), job) for job in dag.jobs for f in job.output})
+    for (a, job_a), (b, job_b) in zip(outputs, outputs[1:]):
+        if a != b and b[: len(a)] == a and job_a != job_b:
+            raise ChildIOException(parent=(Path(*a), job_a), child=(Path(*b), job_b))
+
+
+REPLACED: dict = {}
+"""Snakemake's own functions this module replaced, by name (the tests compare with them)."""
+
+# the docstring of the Snakemake method check_directory_outputs replaces (a Snakemake whose
+# method says otherwise keeps its own)
+_CHECK_DOC = "Check that no output file is contained in a directory output of the same or another rule."
+
+
+def _check_directories_faster() -> bool:
+    try:
+        import snakemake.api  # noqa: F401  (snakemake.dag alone is a circular import)
+        import snakemake.dag as dag
+    except ImportError:
+        return False
+    own = getattr(dag.DAG, "check_directory_outputs", None)
+    if own is check_directory_outputs:
+        return True
+    if own is None or (own.__doc__ or "").strip() != _CHECK_DOC:
+        return False
+    REPLACED["check_directory_outputs"] = own
+    dag.DAG.check_directory_outputs = check_directory_outputs
+    return True
+
+
 def install() -> bool:
     """Use :class:`SuffixOutputIndex` for the DAGs Snakemake builds from now on; False (and
     Snakemake's own index kept) where this Snakemake has no such index. Also sets the garbage
     collector's thresholds (:data:`GC_THRESHOLDS`) for this snakemake process (a job's script
-    runs in a process of its own) and remembers the signatures of the rules' functions
-    (:func:`_cached_function_params`)."""
+    runs in a process of its own), remembers the signatures of the rules' functions
+    (:func:`_cached_function_params`) and checks directory outputs without ``Path`` objects
+    (:func:`check_directory_outputs`)."""
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
     _cache_signatures()
+    _check_directories_faster()
     try:
         import snakemake.dag as dag
         from snakemake.output_index import OutputIndex
