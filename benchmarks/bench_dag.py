@@ -1,13 +1,14 @@
 """DAG building time of the paper-scale config (10 members, 8 iterations, 1000 prompts each).
 
-    python benchmarks/bench_dag.py [--study] [--tasks]
+    python benchmarks/bench_dag.py [--study] [--tasks] [--as-typed]
 
 Times `snakemake -n` (whole process: start, parse, DAG, job listing) in a temporary folder,
 offline (the hub ids' downloads are part of the plan) for paper.yaml with fanout pool (as
 shipped) and fanout member (target: under 10 s each); ``--study`` adds paper-study.yaml (36
 runs), ``--tasks`` paper-study.yaml and paper-tasks.yaml (the hub tasks of Table 1, the
 ablations and pool sizes on two of them: 162 runs; issue 23's target for Table 1: under 60 s),
-each timed once.
+each timed once; ``--as-typed`` times those plans also as a user types them on a cluster
+(``--profile slurm``, every job printed).
 """
 
 import re
@@ -25,9 +26,11 @@ from tests.workflow_helpers import paper_workspace  # noqa: E402
 PAPER = REPO / "workflow" / "configs" / "paper.yaml"
 
 
-def plan(work: Path, *configs: Path) -> tuple[str, float]:
-    cmd = [sys.executable, "-m", "snakemake", "-n", "-q", "rules", "-s", str(REPO / "Snakefile")]
-    cmd += ["-d", str(work)]
+def plan(work: Path, *configs: Path, as_typed: bool = False) -> tuple[str, float]:
+    """Jobs and seconds of one dry run: ``-q rules`` (the job counts only), or ``as_typed``
+    as a user types it on a cluster (``--profile slurm``, every job printed)."""
+    cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"), "-d", str(work)]
+    cmd += ["--profile", str(REPO / "slurm")] if as_typed else ["-q", "rules"]
     start = time.perf_counter()
     proc = subprocess.run([*cmd, "--configfile", *map(str, configs)], capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -44,7 +47,13 @@ def main() -> None:
     for flag, names in extra.items():
         if flag in sys.argv[1:]:
             total, seconds = plan(work, PAPER, *(configs / n for n in names))
-            print(f"paper.yaml + {' + '.join(names)}: {total} jobs, snakemake -n {seconds:.1f} s")
+            print(f"paper.yaml + {' + '.join(names)}: {total} jobs, snakemake -n -q rules {seconds:.1f} s")
+            if "--as-typed" in sys.argv[1:]:
+                total, seconds = plan(work, PAPER, *(configs / n for n in names), as_typed=True)
+                print(
+                    f"paper.yaml + {' + '.join(names)}: {total} jobs, snakemake -n --profile slurm "
+                    f"(every job printed) {seconds:.1f} s"
+                )
     for fanout in ("pool", "member"):
         cmd = [
             sys.executable,
