@@ -149,13 +149,6 @@ def _subset_problems(subsets, overlays, tasks: dict) -> list[str]:
     return problems
 
 
-def tasks_of_experiment(section: dict, experiment: str, tasks: dict) -> list:
-    """The tasks an experiment of a study runs on: study.experiment_tasks' list for it (in
-    study.tasks' order), else every task."""
-    listed = (section.get("experiment_tasks") or {}).get(experiment)
-    return list(tasks) if listed is None else [t for t in tasks if t in listed]
-
-
 @dataclass(frozen=True)
 class RunSpec:
     """One run of a study: its experiment (overlay name), task (None without study.tasks),
@@ -180,11 +173,12 @@ def run_configs(config: dict) -> list[RunSpec]:
     config = {k: v for k, v in config.items() if k != "study"}
     seeds = section.get("seeds") or [config.get("seed", 42)]
     tasks = section.get("tasks") or {None: {}}
+    only = section.get("experiment_tasks") or {}  # experiment -> its tasks; absent: every task
     return [
         RunSpec(name, task, seed, merge(merge(config, tasks[task] or {}), {**(overlay or {}), "seed": seed}))
         for task in tasks
         for name, overlay in (section.get("experiments") or {}).items()
-        if task in tasks_of_experiment(section, name, tasks)
+        if name not in only or task in only[name]
         for seed in seeds
     ]
 
