@@ -15,6 +15,7 @@ from sparta.judging import (
     SCORES,
     JudgeItem,
     candidate_ids,
+    judge_answers,
     judge_duels,
     judge_ids,
     parse_score,
@@ -26,6 +27,32 @@ from .helpers import served_model
 
 EXPECTED = JudgeSettings(mode="expected", max_length=512, batch_size=2)
 PUBLIC = replace(EXPECTED, secret_labels=False)  # the public scores 1-10 as candidates
+
+
+def test_generated_judgments_are_batched_by_generate_batch_size_and_never_changed_by_it(tiny):
+    """Generate mode batches by judge.generate_batch_size (decoding reads the weights once per
+    step for every row: bigger batches are cheaper per judgment), not by the expected-mode
+    batch_size; every judgment samples from its own seed, so the batch changes none."""
+    model, tok = tiny
+    served = served_model(model, tok)
+    sizes = []
+
+    class Recording:
+        tok = served.tok
+
+        def generate(self, prompts, sampling, seeds, batch_size, desc):
+            sizes.append(batch_size)
+            return served.generate(prompts, sampling, seeds, batch_size, desc)
+
+    items = [JudgeItem(q, a) for q in ("What is 3 + 4?", "Tom has 5 apples.") for a in ("7", "seven", "8")]
+    cfg = JudgeSettings(mode="generate", max_new_tokens=6, temperature=1.0, batch_size=3)
+    texts = {}
+    for size in (1, 4, 48):
+        out = judge_answers(Recording(), items, replace(cfg, generate_batch_size=size), "sys", seeds=range(6))
+        texts[size] = [j.raw for j in out]
+    assert sizes == [1, 4, 48]
+    assert texts[1] == texts[4] == texts[48]
+    assert len(set(texts[1])) > 1  # sampled: the seeds differ, so do the judgments
 
 
 @pytest.mark.parametrize(

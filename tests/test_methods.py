@@ -152,6 +152,23 @@ def test_meta_rewarding_ranks_judgments_by_elo():
     assert three[0] > three[1] > three[2] and sum(three) == pytest.approx(3000)
 
 
+@pytest.mark.parametrize(
+    "scores, ok",
+    [
+        ([None, None, None], False),  # none usable (a 135M judge's usual sampled judgments)
+        ([4.6, None, None], False),  # one usable: the pair's other judgment has no score
+        ([4.6, 4.6, None], False),  # the same score: the pair would be dropped
+        ([4.6, 4.6, 4.6], False),
+        ([4.6, 8.2, None], True),  # the unscored one may rank in between
+        ([1.0, 4.6, 8.2], True),
+    ],
+)
+def test_the_meta_judge_is_asked_only_where_a_judge_pair_can_form(scores, ok):
+    from sparta.methods.meta_rewarding import can_pair
+
+    assert can_pair(scores) is ok
+
+
 def test_meta_rewarding_pairs_the_highest_and_lowest_rated_judgments():
     """Judgments rated 1100, 1000, 900 with scores 8, 6, 2: chosen the first, rejected the
     third, prompt the judge instruction, scores 1 + 9 P(1100 beats 900); equal scores of the
@@ -449,16 +466,23 @@ def test_self_rewarding_and_sppo_judge_with_the_reference_judge():
     assert (prefs.iloc[0].chosen, prefs.iloc[0].rejected) == ("4", "5")
 
 
-def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
+@pytest.mark.parametrize("scored", [False, True])
+def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base, monkeypatch, scored):
     """The whole judging of meta-rewarding on a tiny model, without Snakemake: one score per
     answer (additive prompt, expected mode), then for the answer whose score distribution
-    varies most three sampled judgments compared by the meta-judge, every two in both orders:
-    one "meta" row holding the judge's instruction, the three judgments, six comparisons and
-    the judgments' Elo ratings; its cost is 3 sampled judgments + 6 meta-judge requests."""
+    varies most three sampled judgments. A random model's judgments write no "Score: N", so
+    no judge pair can form and the meta-judge is not asked: the "meta" row says so, its cost
+    is the 3 sampled judgments. Where two judgments give different scores (``scored``: can_pair
+    made to say so) the meta-judge compares them every two in both orders: the row holds the
+    judge's instruction, the three judgments, six comparisons and the judgments' Elo ratings;
+    its cost is 3 sampled judgments + 6 meta-judge requests."""
     from sparta.backends import open_backend
     from sparta.members import MemberSpec
-    from sparta.methods import get
+    from sparta.methods import get, meta_rewarding
     from sparta.settings import BackendSettings, BaselineSettings, JudgeSettings, Runtime
+
+    if scored:
+        monkeypatch.setattr(meta_rewarding, "can_pair", lambda scores: True)
 
     spec = MemberSpec("ann", str(tiny_base))
     duels = duel_rows()
@@ -477,6 +501,11 @@ def test_meta_rewarding_judges_and_meta_judges_on_a_tiny_model(tiny_base):
     assert len(meta) == 1
     raw = json.loads(meta.iloc[0].raw)
     assert "additive 5-point" in raw["user"] and len(raw["judgments"]) == 3
+    if not scored:
+        assert raw["scores"] == [None] * 3 and raw["comparisons"] == [] and raw["elo"] is None
+        assert meta.iloc[0].error == meta_rewarding.NOT_ASKED
+        assert meta.iloc[0].requests == 3 and meta.iloc[0].generated_tokens > 0
+        return
     assert sorted((a, b) for a, b, _ in raw["comparisons"]) == [
         (a, b) for a in range(3) for b in range(3) if a != b
     ]

@@ -30,7 +30,8 @@ if "iteration" in sm.output.keys():  # the last round: the pairs every member tr
     log.info("iteration %d: %d preference pairs", t, len(every))
     if len(every) == 0:
         log.warning("no preference pairs this iteration: every member stays unchanged")
-unusable = int(judgments["score"].isna().sum())
+scored = judgments[judgments["kind"] != "meta"]  # meta-rewarding's meta rows are no judgments of answers
+unusable = int(scored["score"].isna().sum())
 log.info(
     "iteration %d round %s (%s): %s; %d of %d judgments unusable",
     t,
@@ -38,7 +39,7 @@ log.info(
     method.name,
     counts,
     unusable,
-    len(judgments),
+    len(scored),
 )
 if counts.get("duels") and counts.get("tie", 0) > counts["duels"] / 2:
     log.warning("more than half of the duels tied: the judges hardly separate the answers")

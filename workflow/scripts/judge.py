@@ -7,6 +7,7 @@ from sparta.jobs import as_list, served_members
 from sparta.judging import defences
 from sparta.logs import setup
 from sparta.methods import JudgeRun, get
+from sparta.methods.meta_rewarding import NOT_ASKED
 from sparta.settings import derive_seed, job_settings
 
 sm = snakemake  # noqa: F821
@@ -29,7 +30,8 @@ table = run.table(method)
 for spec, path in zip(specs, as_list(sm.output.judgments)):
     mine = table[table[method.judgment_owner] == spec.name] if len(table) else table
     tables.write(mine if len(mine) else tables.empty("judgments"), path, "judgments")
-    unusable = int(mine["score"].isna().sum())
+    meta = mine["kind"] == "meta" if len(mine) else []
+    unusable = int(mine["score"][~meta].isna().sum()) if len(mine) else 0
     log.info(
         "%s (%s): %d judgments (%s, %s; defences %s): %d unusable, %d truncated, %d sanitized",
         spec.name,
@@ -42,7 +44,17 @@ for spec, path in zip(specs, as_list(sm.output.judgments)):
         int(mine["truncated"].sum()),
         int(mine["sanitized"].sum()),
     )
+    if len(mine) and meta.any():  # meta-rewarding: one row per re-judged answer
+        log.info(
+            "%s: %d re-judged answers, the meta-judge asked on %d (elsewhere no judge pair could form)",
+            spec.name,
+            int(meta.sum()),
+            int((mine["error"][meta] != NOT_ASKED).sum()),
+        )
     if unusable:
         log.warning(
-            "%s: %d of %d judgments had no usable score; they are left out", spec.name, unusable, len(mine)
+            "%s: %d of %d judgments had no usable score; they are left out",
+            spec.name,
+            unusable,
+            int((~meta).sum()) if len(mine) else 0,
         )

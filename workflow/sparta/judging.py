@@ -705,7 +705,7 @@ def judge_duels(
         )
     else:
         outs = judge.generate(
-            [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.batch_size, "judge"
+            [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.generate_batch_size, "judge"
         )
     result: list[Judgment] = []
     for k in range(0, len(built), 2):
