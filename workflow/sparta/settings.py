@@ -234,7 +234,8 @@ class _Judging:
         "with reasons). Each judgment samples from its own seed, so the batch never changes "
         "a judgment; decoding reads every weight once per step for all rows, so 48 rows cost "
         "about as much as 24 (sampled judgments on 1 CPU thread: 2.0x faster than batches of 8, "
-        "benchmarks/bench_judge_generate.py).",
+        "benchmarks/bench_judge_generate.py). Lower it where a GPU runs out of memory: each row "
+        "holds its own KV cache of prompt + max_new_tokens.",
         added="judge generate batch (issue 19)",
     )
 
