@@ -141,6 +141,21 @@ def find_judge(name: str | None) -> str:
     sys.exit("no converted SmolLM2 base found (results/_bases/smollm2): pass --judge MODEL")
 
 
+def serve_judge(name: str | None, threads: int):
+    """The judge (:func:`find_judge`) served by the HF backend on the run's default device and
+    dtype, with ``threads`` CPU threads: (its MemberSpec, the served judge)."""
+    import torch
+
+    from sparta.backends import open_backend
+    from sparta.members import MemberSpec
+    from sparta.settings import BackendSettings, Runtime
+
+    torch.set_num_threads(threads)
+    spec = MemberSpec("judge", find_judge(name))
+    backend = open_backend(BackendSettings("hf"), Runtime(device="auto", dtype="auto"), [spec])
+    return spec, backend.serve(spec)
+
+
 def combo(name: str) -> JudgeSettings:
     base = JudgeSettings(mode="expected", max_length=1024, batch_size=8)
     if name == "default":

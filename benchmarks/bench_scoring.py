@@ -32,12 +32,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "workflow"))
 
-from bench_judging import find_judge  # noqa: E402
+from bench_judging import serve_judge  # noqa: E402
 
-from sparta.backends import hf, open_backend  # noqa: E402
+from sparta.backends import hf  # noqa: E402
 from sparta.judging import ADDITIVE_RUBRIC, JudgeItem, judge_answers, judge_duels, meta_judge  # noqa: E402
-from sparta.members import MemberSpec  # noqa: E402
-from sparta.settings import BackendSettings, JudgeSettings, Runtime  # noqa: E402
+from sparta.settings import JudgeSettings  # noqa: E402
 
 SYSTEM = "You are a helpful AI assistant."
 
@@ -103,10 +102,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--judge", default=None, help="model folder or hub id (default: the SmolLM2 base)")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    spec = MemberSpec("judge", find_judge(args.judge))
-    backend = open_backend(BackendSettings("hf"), Runtime(device="auto", dtype="auto"), [spec])
-    served = backend.serve(spec)
+    spec, served = serve_judge(args.judge, args.threads)
     rows = pd.read_json(REPO / "data" / "arithmetic.jsonl", lines=True).head(args.prompts)
     print(
         f"CPU capability {torch.backends.cpu.get_cpu_capability()}, {args.threads} thread(s), "

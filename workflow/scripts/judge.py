@@ -30,8 +30,8 @@ table = run.table(method)
 for spec, path in zip(specs, as_list(sm.output.judgments)):
     mine = table[table[method.judgment_owner] == spec.name] if len(table) else table
     tables.write(mine if len(mine) else tables.empty("judgments"), path, "judgments")
-    meta = mine["kind"] == "meta" if len(mine) else []
-    unusable = int(mine["score"][~meta].isna().sum()) if len(mine) else 0
+    meta = mine["kind"] == "meta"  # meta-rewarding: one row per re-judged answer, no judgment of one
+    unusable = int(mine["score"][~meta].isna().sum())
     log.info(
         "%s (%s): %d judgments (%s, %s; defences %s): %d unusable, %d truncated, %d sanitized",
         spec.name,
@@ -44,7 +44,7 @@ for spec, path in zip(specs, as_list(sm.output.judgments)):
         int(mine["truncated"].sum()),
         int(mine["sanitized"].sum()),
     )
-    if len(mine) and meta.any():  # meta-rewarding: one row per re-judged answer
+    if meta.any():
         log.info(
             "%s: %d re-judged answers, the meta-judge asked on %d (elsewhere no judge pair could form)",
             spec.name,
@@ -56,5 +56,5 @@ for spec, path in zip(specs, as_list(sm.output.judgments)):
             "%s: %d of %d judgments had no usable score; they are left out",
             spec.name,
             unusable,
-            int((~meta).sum()) if len(mine) else 0,
+            int((~meta).sum()),
         )
