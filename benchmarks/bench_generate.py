@@ -1,0 +1,154 @@
+"""Where an evaluation job's time goes: greedy answers to the arithmetic task, as
+``sparta/evaluate.py`` asks for them (chat template, prompts sorted by length, one batch):
+
+    python benchmarks/bench_generate.py [--prompts 48] [--threads 1] [--model MODEL]
+
+Printed, all from one process (the machine's speed cancels out of the ratios):
+
+- CPU features and threads;
+- the prompt tokens, with padding, and how many of them every prompt shares (the system prompt
+  and the template's markup: what a prefix cache would compute once);
+- prefill alone (``max_new_tokens=1``) against the whole answer (the task's 32 tokens), so the
+  prompt's share of the time shows, and the time per decoding step;
+- the answers' lengths (mean, median, how many stop at the limit): what dropping finished rows
+  from a batch could save at most;
+- the same batch with 4 LoRA adapters mixed row by row (PEFT's ``adapter_names``, as an
+  evaluation job of 4 members serves them) against one adapter on every row, alternated three
+  times: the cost of mixing members in one batch. The adapters are random (rank 8 on the
+  attention projections, as sparta's LoRA), which is all a timing needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "workflow"))
+
+from bench_judging import find_judge  # noqa: E402
+
+from sparta.backends import hf  # noqa: E402
+from sparta.chat import chat_ids, stop_token_ids  # noqa: E402
+from sparta.models import cpu_features, load_tokenizer  # noqa: E402
+from sparta.settings import Sampling  # noqa: E402
+
+SYSTEM = "You are a helpful AI assistant."
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def random_adapters(base: str, folder: Path, n: int) -> list[str]:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    names = []
+    for i in range(n):
+        torch.manual_seed(i)
+        model = get_peft_model(
+            AutoModelForCausalLM.from_pretrained(base),
+            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+        )
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.02)  # B starts at 0: make each adapter change the model
+        model.save_pretrained(folder / f"m{i}")
+        names.append(f"m{i}")
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=48, help="arithmetic prompts (one batch)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=32, help="the arithmetic task's limit")
+    ap.add_argument("--model", help="model folder (default: the converted SmolLM2 base)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    base = find_judge(args.model)
+    tok = load_tokenizer(base)
+    rows = pd.read_json(REPO / "data" / "arithmetic.jsonl", lines=True).head(args.prompts)
+    prompts = [chat_ids(tok, p, SYSTEM) for p in rows.prompt]
+    n = len(prompts)
+    print(f"cpu: {cpu_features()}, threads {args.threads}, prompts {n} (one batch), model {base}")
+
+    plain = AutoModelForCausalLM.from_pretrained(base).eval()
+    full = Sampling.greedy_decoding(args.max_new_tokens)
+    one = Sampling.greedy_decoding(1)
+    seeds = [0] * n
+    hf.generate(plain, tok, prompts[:2], one, [0, 0], 2)  # warm up
+    t_pre, _ = timed(lambda: hf.generate(plain, tok, prompts, one, seeds, n))
+    t_all, outs = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+    stops = stop_token_ids(tok)
+    lengths = sorted(o.n_tokens + (o.finish_reason == "stop") for o in outs)  # with the stop token
+    at_max = sum(o.finish_reason == "length" for o in outs)
+    mean = statistics.mean(lengths)
+    tokens = sum(len(p) for p in prompts)
+    shared = 0
+    while all(len(p) > shared and p[shared] == prompts[0][shared] for p in prompts):
+        shared += 1
+    print(
+        f"prompt tokens {tokens} (longest {max(map(len, prompts))}, {n * max(map(len, prompts))} with "
+        f"padding); the first {shared} tokens of every prompt are the same (system prompt and "
+        f"template): {shared * n / tokens:.0%} of the prompt tokens; stop tokens {stops}"
+    )
+    print(
+        f"prefill only {t_pre:.2f} s, whole answers ({args.max_new_tokens} tokens at most) "
+        f"{t_all:.2f} s: prefill {t_pre / t_all:.0%} of it, "
+        f"{(t_all - t_pre) / max(args.max_new_tokens - 1, 1):.3f} s per decoding step of the batch"
+    )
+    print(
+        f"answer tokens: mean {mean:.1f}, median {statistics.median(lengths):.0f}"
+        + f", {at_max} of {n} stopped by the limit"
+        + f"; dropping finished rows could save at most {1 - mean / args.max_new_tokens:.0%}"
+        " of the decoding steps' rows"
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        names = random_adapters(base, Path(tmp), 4)
+        model = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(base), f"{tmp}/{names[0]}", adapter_name=names[0]
+        )
+        for name in names[1:]:
+            model.load_adapter(f"{tmp}/{name}", adapter_name=name)
+        model.eval()
+        # every row runs 16 steps (no stop token ends one early), so both batches do the same work
+        forced = GenerationConfig(
+            do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=tok.pad_token_id
+        )
+        enc = hf._left_padded(prompts, tok.pad_token_id)
+
+        def run(who):
+            with torch.no_grad():
+                return timed(lambda: model.generate(**enc, generation_config=forced, adapter_names=who))[0]
+
+        mixed = [names[i % 4] for i in range(n)]
+        single = [names[0]] * n
+        times: dict[str, list[float]] = {"4 adapters mixed": [], "1 adapter": []}
+        run(single)  # warm up
+        for _ in range(3):
+            for label, who in (("4 adapters mixed", mixed), ("1 adapter", single)):
+                times[label].append(run(who))
+    for label, ts in times.items():
+        print(f"{label}: {' '.join(f'{t:.2f}' for t in ts)} s (16 tokens at most), best {min(ts):.2f} s")
+    ratio = min(times["4 adapters mixed"]) / min(times["1 adapter"])
+    print(f"mixing 4 members in a batch costs {ratio:.2f}x one member's batch (best of 3 each)")
+
+
+if __name__ == "__main__":
+    main()
