@@ -14,8 +14,8 @@ Printed, all from one process (the machine's speed cancels out of the ratios):
   from a batch could save at most;
 - the same batch with 4 LoRA adapters mixed row by row (PEFT's ``adapter_names``, as an
   evaluation job of 4 members serves them) against one adapter on every row, alternated three
-  times: the cost of mixing members in one batch. The adapters are random (rank 8 on the
-  attention projections, as sparta's LoRA), which is all a timing needs.
+  times: the cost of mixing members in one batch. The adapters are random, of sparta's default
+  LoRA settings, which is all a timing needs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,7 +38,8 @@ from bench_judging import find_judge  # noqa: E402
 from sparta.backends import hf  # noqa: E402
 from sparta.chat import chat_ids, stop_token_ids  # noqa: E402
 from sparta.models import cpu_features, load_tokenizer  # noqa: E402
-from sparta.settings import Sampling  # noqa: E402
+from sparta.settings import LoraSettings, Sampling  # noqa: E402
+from sparta.train import lora_config  # noqa: E402
 
 SYSTEM = "You are a helpful AI assistant."
 
@@ -50,23 +50,21 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def random_adapters(base: str, folder: Path, n: int) -> list[str]:
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+def with_random_adapters(model, n: int):
+    """``model`` with ``n`` LoRA adapters of sparta's default LoRA settings (random B: B starts
+    at 0, and each adapter must change the model), in memory: (the PEFT model, their names)."""
+    from peft import get_peft_model
 
-    names = []
-    for i in range(n):
-        torch.manual_seed(i)
-        model = get_peft_model(
-            AutoModelForCausalLM.from_pretrained(base),
-            LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
-        )
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                torch.nn.init.normal_(p, std=0.02)  # B starts at 0: make each adapter change the model
-        model.save_pretrained(folder / f"m{i}")
-        names.append(f"m{i}")
-    return names
+    cfg = lora_config(LoraSettings())
+    names = [f"m{i}" for i in range(n)]
+    model = get_peft_model(model, cfg, adapter_name=names[0])
+    for name in names[1:]:
+        model.add_adapter(name, cfg)
+    torch.manual_seed(0)
+    for key, p in model.named_parameters():
+        if "lora_B" in key:
+            torch.nn.init.normal_(p, std=0.02)
+    return model.eval(), names
 
 
 def main() -> None:
@@ -77,7 +75,6 @@ def main() -> None:
     ap.add_argument("--model", help="model folder (default: the converted SmolLM2 base)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM, GenerationConfig
 
     base = find_judge(args.model)
@@ -119,31 +116,24 @@ def main() -> None:
         " of the decoding steps' rows"
     )
 
-    with tempfile.TemporaryDirectory() as tmp:
-        names = random_adapters(base, Path(tmp), 4)
-        model = PeftModel.from_pretrained(
-            AutoModelForCausalLM.from_pretrained(base), f"{tmp}/{names[0]}", adapter_name=names[0]
-        )
-        for name in names[1:]:
-            model.load_adapter(f"{tmp}/{name}", adapter_name=name)
-        model.eval()
-        # every row runs 16 steps (no stop token ends one early), so both batches do the same work
-        forced = GenerationConfig(
-            do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=tok.pad_token_id
-        )
-        enc = hf._left_padded(prompts, tok.pad_token_id)
+    model, names = with_random_adapters(plain, 4)  # plain's own timings are done
+    # every row runs 16 steps (no stop token ends one early), so both batches do the same work
+    forced = GenerationConfig(
+        do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=tok.pad_token_id
+    )
+    enc = hf._left_padded(prompts, tok.pad_token_id)
 
-        def run(who):
-            with torch.no_grad():
-                return timed(lambda: model.generate(**enc, generation_config=forced, adapter_names=who))[0]
+    def run(who):
+        with torch.no_grad():
+            return timed(lambda: model.generate(**enc, generation_config=forced, adapter_names=who))[0]
 
-        mixed = [names[i % 4] for i in range(n)]
-        single = [names[0]] * n
-        times: dict[str, list[float]] = {"4 adapters mixed": [], "1 adapter": []}
-        run(single)  # warm up
-        for _ in range(3):
-            for label, who in (("4 adapters mixed", mixed), ("1 adapter", single)):
-                times[label].append(run(who))
+    mixed = [names[i % 4] for i in range(n)]
+    single = [names[0]] * n
+    times: dict[str, list[float]] = {"4 adapters mixed": [], "1 adapter": []}
+    run(single)  # warm up
+    for _ in range(3):
+        for label, who in (("4 adapters mixed", mixed), ("1 adapter", single)):
+            times[label].append(run(who))
     for label, ts in times.items():
         print(f"{label}: {' '.join(f'{t:.2f}' for t in ts)} s (16 tokens at most), best {min(ts):.2f} s")
     ratio = min(times["4 adapters mixed"]) / min(times["1 adapter"])
