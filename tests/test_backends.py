@@ -131,3 +131,59 @@ def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
                 want = sum(logp[len(prompts[i]) + k - 1, c[k]].item() for k in range(len(c)))
                 assert lp == pytest.approx(want, abs=1e-4)
     assert got == mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
+
+
+def test_evaluation_tests_only_the_member_a_selection_can_pick(pool, tmp_path):
+    """evaluation.test: selected scores every member on validation and only the best of them
+    on test; the rows it keeps are those of test: all, and the run's selection is the same."""
+    import json
+
+    import pandas as pd
+
+    from sparta.analysis import score_table, select_best
+    from sparta.evaluate import evaluate_checkpoint
+    from sparta.settings import TaskSpec
+    from sparta.tasks import load_task
+
+    rows = pd.DataFrame(
+        {
+            "question": [f"Which number is {i} + {i}?" for i in range(8)],
+            "options": [json.dumps([str(2 * i), str(i), str(i + 3)]) for i in range(8)],
+            "labels": [json.dumps([1, 0, 0])] * 8,
+        }
+    )
+    rows.to_parquet(tmp_path / "tqa.parquet")
+    spec = TaskSpec(
+        name="tqa",
+        file=str(tmp_path / "tqa.parquet"),
+        prompt_column="question",
+        options_column="options",
+        labels_column="labels",
+        metric="truthfulqa_mc",
+    )
+    task = load_task(spec, {}, seed=0)
+    served = backend(pool)
+    by_name = {s.name: s for s in pool}
+
+    def serve(names):
+        return served.serve_each([by_name[n] for n in names])
+
+    groups = [[s.name for s in pool]]
+    every = evaluate_checkpoint(serve, groups, task, "sys", 4, test="all")
+    picked = evaluate_checkpoint(serve, groups, task, "sys", 4, test="selected")
+    val = every[every["split"] == "validation"].groupby("member")["score"].mean()
+    assert val.nunique() == len(pool)  # the members really differ: the choice means something
+    best = val.idxmax()
+    assert set(picked.loc[picked["split"] == "test", "member"]) == {best}
+    assert set(picked.loc[picked["split"] == "validation", "member"]) == set(val.index)
+    key = ["member", "split", "example_id"]
+    merged = picked.merge(every, on=key, suffixes=("", "_all"))
+    assert len(merged) == len(picked) == len(every) - 2 * len(task.rows["test"])
+    assert (merged["score"] - merged["score_all"]).abs().max() < 1e-6
+    for frame in (every, picked):
+        frame["checkpoint"] = 0
+    chosen = select_best(score_table(picked))
+    assert chosen[["stage", "member"]].equals(select_best(score_table(every))[["stage", "member"]])
+    assert chosen["test"].notna().all()
+    with pytest.raises(ValueError, match="all or selected"):
+        evaluate_checkpoint(serve, groups, task, "sys", 4, test="best")

@@ -126,6 +126,13 @@ def test_a_reputation_that_cannot_move_is_an_error(tiny_base, reputation, key):
     checked(tiny_config(tiny_base, reputation={**reputation, "updates": False}))
 
 
+def test_testing_only_the_selected_member_needs_a_job_per_checkpoint(tiny_base):
+    selected = {"evaluation": {"test": "selected"}}
+    text = message(tiny_config(tiny_base, fanout="member", **selected))
+    assert "evaluation.test: selected" in text and "set fanout: pool" in text, text
+    assert checked(tiny_config(tiny_base, fanout="pool", **selected)).evaluation.test == "selected"
+
+
 @pytest.mark.parametrize(
     "change, key",
     [

@@ -4,7 +4,7 @@ members' requests run in the same batches."""
 import pandas as pd
 
 from sparta import tables
-from sparta.evaluate import evaluate_members
+from sparta.evaluate import evaluate_checkpoint
 from sparta.jobs import as_list, by_base, served_members
 from sparta.logs import setup
 from sparta.members import MemberSpec
@@ -32,12 +32,12 @@ def serve(names):
 
 
 frames = []
+groups = [[specs[i].name for i in group] for group in by_base(specs)]  # one base: the same batches
 for task in tasks:
-    for group in by_base(specs):  # the members of one base answer in the same batches
-        result = evaluate_members(serve, [specs[i].name for i in group], task, system, cfg.batch_size, judge)
-        frames.append(result)
-        means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
-        log.info("%s: %s", task.name, means)
+    result = evaluate_checkpoint(serve, groups, task, system, cfg.batch_size, judge, cfg.test)
+    frames.append(result)
+    means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
+    log.info("%s: %s", task.name, means)
 rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
 for spec, path in zip(specs, as_list(sm.output.scores)):
     out = rows[rows["member"] == spec.name].copy()

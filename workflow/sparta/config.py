@@ -306,6 +306,12 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             "evaluation.select_from: all selects among every checkpoint, but evaluation.checkpoints is "
             f"{ev.checkpoints}: set evaluation.checkpoints: all (or evaluation.select_from: final)"
         )
+    if ev.enabled and ev.test == "selected" and settings.fanout != "pool":
+        problems.append(
+            "evaluation.test: selected picks each checkpoint's best member on validation inside its "
+            f"evaluation job, but fanout is {settings.fanout} (a job per member): set fanout: pool "
+            "(or evaluation.test: all)"
+        )
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 

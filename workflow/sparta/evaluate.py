@@ -207,18 +207,63 @@ def evaluate_members(
     system: str | None,
     batch_size: int,
     judge: Served | None = None,
+    splits: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
-    """Every member on every example of a task: one row per (member, split, example) with
-    prediction and score (1/0, MC2 mass, or 0-10), scored by the task's metric's scorer (see
-    :class:`Evaluation` for ``serve`` and ``judge``)."""
+    """Every member on every example of a task (of ``splits`` only, when given): one row per
+    (member, split, example) with prediction and score (1/0, MC2 mass, or 0-10), scored by the
+    task's metric's scorer (see :class:`Evaluation` for ``serve`` and ``judge``)."""
     ev = Evaluation(serve, members, task, system, batch_size, judge)
     score = SCORERS[task.metric]
     frames = []
     for split, df in task.rows.items():
+        if splits is not None and split not in splits:
+            continue
         for m, columns in zip(members, score(ev, split), strict=True):
             ids = df["example_id"].to_numpy()
             frames.append(pd.DataFrame({"member": m, "split": split, "example_id": ids, **columns}))
+    if not frames:
+        return pd.DataFrame(columns=["task", "metric", "member", "split", "example_id", "prediction", "score"])
     result = pd.concat(frames, ignore_index=True)
     result.insert(0, "task", task.name)
     result.insert(1, "metric", task.metric)
     return result
+
+
+def best_on_validation(rows: pd.DataFrame) -> str | None:
+    """The member with the best mean validation score in one task's evaluation rows (ties: the
+    first by name), as a run's selection ranks the members of one checkpoint
+    (``analysis.select_best``, ``compare.best_on_validation``); None without validation rows."""
+    val = rows[rows["split"] == "validation"]
+    if len(val) == 0:
+        return None
+    means = val.groupby("member")["score"].mean()
+    return sorted(means.index, key=lambda m: (-means[m], m))[0]
+
+
+def evaluate_checkpoint(
+    serve: Callable[[list[str]], Served],
+    groups: list[list[str]],
+    task: Task,
+    system: str | None,
+    batch_size: int,
+    judge: Served | None = None,
+    test: str = "all",
+) -> pd.DataFrame:
+    """One checkpoint's members (``groups``: their names, one list per base model, each served
+    in the same batches) on a task. ``test`` all: every member on every split; selected: every
+    member on validation, then only the best of them (:func:`best_on_validation`) on test,
+    the only member of this checkpoint a selection on validation can pick (the best over
+    several checkpoints is the best of its own). A task without validation rows is tested on
+    every member."""
+    if test not in ("all", "selected"):
+        raise ValueError(f"evaluation.test must be all or selected, not {test!r}")
+    args = (task, system, batch_size, judge)
+    if test == "all" or len(task.rows.get("validation", ())) == 0:
+        return pd.concat([evaluate_members(serve, g, *args) for g in groups], ignore_index=True)
+    others = tuple(s for s in task.rows if s != "test")
+    frames = [evaluate_members(serve, g, *args, splits=others) for g in groups]
+    best = best_on_validation(pd.concat(frames, ignore_index=True))
+    if "test" in task.rows and best is not None:
+        log.info("%s: test for %s only, the best on validation (evaluation.test: selected)", task.name, best)
+        frames.append(evaluate_members(serve, [best], *args, splits=("test",)))
+    return pd.concat(frames, ignore_index=True)

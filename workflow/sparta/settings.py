@@ -704,6 +704,13 @@ class EvaluationSettings:
         "member of every iteration, the initial pool included: the paper's pool of 80; needs "
         "checkpoints: all) | final (the last iteration's members).",
     )
+    test: Literal["all", "selected"] = setting(
+        "all",
+        help="Which members an evaluation job scores on test: all (every member: test curves for "
+        "each) | selected (only its checkpoint's best member on validation per task, the one a "
+        "selection can pick: the best of every checkpoint is the best of its own; the others' "
+        "test answers are never generated; needs fanout: pool, a job per checkpoint).",
+    )
     judge: JudgeModel | None = setting(None, help="Judge model of judge_score tasks.")
     tasks: tuple[TaskSpec, ...] = setting((), help="Evaluation tasks; see the README for each metric.")
 
