@@ -12,6 +12,9 @@ Printed, all from one process (the machine's speed cancels out of the ratios):
   prompt's share of the time shows, and the time per decoding step;
 - the answers' lengths (mean, median, how many stop at the limit): what dropping finished rows
   from a batch could save at most;
+- whole answers with the prompts' shared start computed once (``hf.SHARE_PROMPTS``, as the
+  backend generates) against every row's prompt computed in full with left padding,
+  alternated twice: the speed-up and how many answers are the same;
 - the same batch with 4 LoRA adapters mixed row by row (PEFT's ``adapter_names``, as an
   evaluation job of 4 members serves them) against one adapter on every row, alternated three
   times: the cost of mixing members in one batch. The adapters are random, of sparta's default
@@ -89,8 +92,10 @@ def main() -> None:
     one = Sampling.greedy_decoding(1)
     seeds = [0] * n
     hf.generate(plain, tok, prompts[:2], one, [0, 0], 2)  # warm up
+    hf.SHARE_PROMPTS = False  # prefill as a whole: the prompt's full cost
     t_pre, _ = timed(lambda: hf.generate(plain, tok, prompts, one, seeds, n))
     t_all, outs = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+    hf.SHARE_PROMPTS = True
     stops = stop_token_ids(tok)
     lengths = sorted(o.n_tokens + (o.finish_reason == "stop") for o in outs)  # with the stop token
     at_max = sum(o.finish_reason == "length" for o in outs)
@@ -114,6 +119,21 @@ def main() -> None:
         + f", {at_max} of {n} stopped by the limit"
         + f"; dropping finished rows could save at most {1 - mean / args.max_new_tokens:.0%}"
         " of the decoding steps' rows"
+    )
+
+    shared_runs: dict[bool, list[float]] = {True: [], False: []}
+    texts: dict[bool, list[str]] = {}
+    for share in (True, False) * 2:
+        hf.SHARE_PROMPTS = share
+        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+        shared_runs[share].append(took)
+        texts[share] = [o.text for o in got]
+    hf.SHARE_PROMPTS = True
+    same = sum(a == b for a, b in zip(texts[True], texts[False]))
+    print(
+        f"whole answers, the shared start computed once: {' '.join(f'{t:.2f}' for t in shared_runs[True])} s, "
+        f"every prompt in full: {' '.join(f'{t:.2f}' for t in shared_runs[False])} s: "
+        f"{min(shared_runs[False]) / min(shared_runs[True]):.2f}x (best of 2 each); {same} of {n} answers the same"
     )
 
     model, names = with_random_adapters(plain, 4)  # plain's own timings are done

@@ -11,6 +11,11 @@ the faster of each kept): seconds, judgments per second, generated tokens, the s
 the first size, and whether every judgment's text is the same as with the first size (each
 judgment samples from its own seed, so the batch must never change it). Threads: 1 by
 default, as a job of a local run (two jobs side by side on 2 cores).
+
+``--sharing``: at the last batch size, prompts prefilled as the backend does (the rubric every
+prompt starts with once, each answer's prompt once for its samples, ``hf.SHARE_PROMPTS``)
+against every row computed in full with left padding, alternated twice: seconds, speed-up,
+and whether every judgment's text is the same.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 48], help="generate batch sizes")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--judge", default=None, help="model folder or hub id (default: the SmolLM2 base)")
+    ap.add_argument("--sharing", action="store_true", help="shared prefill against full rows instead")
     args = ap.parse_args()
     spec, judge = serve_judge(args.judge, args.threads)
     rows = pd.read_json(REPO / "data" / "arithmetic.jsonl", lines=True).head(args.prompts)
@@ -66,6 +72,9 @@ def main() -> None:
         f"{len(asked)} judgments ({args.prompts} answers x {args.samples}), up to "
         f"{args.max_new_tokens} new tokens, judge {spec.base}"
     )
+    if args.sharing:
+        sharing(judge, asked, replace(cfg, generate_batch_size=args.batch[-1]), seeds)
+        return
     best: dict[int, float] = {}
     texts: dict[int, list[str]] = {}
     generated: dict[int, int] = {}
@@ -85,6 +94,26 @@ def main() -> None:
             f"{size:>6}{best[size]:>9.1f}{len(asked) / best[size]:>13.3f}{generated[size]:>8}"
             f"{best[first] / best[size]:>9.2f}x  {texts[size] == texts[first]}"
         )
+
+
+def sharing(judge, asked, cfg, seeds) -> None:
+    """Shared prefill against full rows, alternated twice, the faster of each kept."""
+    from sparta.backends import hf
+
+    best: dict[bool, float] = {}
+    texts: dict[bool, list[str]] = {}
+    for share in (True, False) * 2:
+        hf.SHARE_PROMPTS = share
+        t0 = time.perf_counter()
+        out = judge_answers(judge, asked, cfg, SYSTEM, seeds=seeds, rubric=ADDITIVE_RUBRIC)
+        best[share] = min(best.get(share, float("inf")), time.perf_counter() - t0)
+        texts[share] = [j.raw for j in out]
+    hf.SHARE_PROMPTS = True
+    same = sum(a == b for a, b in zip(texts[True], texts[False]))
+    print(
+        f"batch {cfg.generate_batch_size}: full rows {best[False]:.1f} s, shared prefill {best[True]:.1f} s: "
+        f"{best[False] / best[True]:.2f}x; {same} of {len(asked)} judgments the same text"
+    )
 
 
 if __name__ == "__main__":

@@ -187,3 +187,34 @@ def test_evaluation_tests_only_the_member_a_selection_can_pick(pool, tmp_path):
     assert chosen["test"].notna().all()
     with pytest.raises(ValueError, match="all or selected"):
         evaluate_checkpoint(serve, groups, task, "sys", 4, test="best")
+
+
+def test_generation_computes_shared_prompt_starts_once_and_answers_as_alone(pool, monkeypatch):
+    """A batch's common prompt start is computed once per adapter and a prompt asked several
+    times of one member once (a judge's samples), and every answer, greedy or sampled, is the
+    one generating it alone gives."""
+    from sparta.backends import hf
+
+    asked = requests(pool) + [(pool[0], PROMPTS[1])] * 3 + [(pool[2], PROMPTS[0])] * 2
+    served = backend(pool).serve_each([s for s, _ in asked])
+    texts = [chat_ids(served.tok, p, "sys") for _, p in asked]
+    seeds = list(range(7, 7 + len(texts)))
+    embed = served.backend.loader.load_all(pool).get_input_embeddings()
+    computed = []
+    hook = embed.register_forward_pre_hook(lambda m, args: computed.append(args[0].numel()))
+    try:
+        for sampling in (Sampling.greedy_decoding(6), Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=6)):
+            computed.clear()
+            together = served.generate(texts, sampling, seeds, batch_size=len(texts))
+            prefill_shared = computed[0] + computed[1]  # shared starts, then the distinct prompts' rests
+            monkeypatch.setattr(hf, "SHARE_PROMPTS", False)  # alone: plain left padding
+            computed.clear()
+            alone = [backend([s]).serve(s).generate([t], sampling, [seed], 1)[0] for (s, _), t, seed in zip(asked, texts, seeds)]
+            monkeypatch.undo()
+            assert together == alone
+            tokens = sum(len(t) - 1 for t in texts)
+            assert prefill_shared < 0.6 * tokens, (prefill_shared, tokens)  # 279 of 557 here
+    finally:
+        hook.remove()
+    dupes = [g.text for (s, p), g in zip(asked, together) if (s, p) == (pool[0], PROMPTS[1])]
+    assert len(set(dupes)) > 1  # the samples of one prompt still draw from their own seeds

@@ -103,13 +103,18 @@ def generate(
 ) -> list[Generation]:
     """One answer per prompt (token ids, already through the chat template), in input order.
 
-    Prompts are sorted by length and generated in batches with left padding; each row uses
-    its own adapter (``adapter_names``) and its own seed (``seeds``)."""
+    Prompts are sorted by length (alike prompts side by side) and generated in batches; each
+    row uses its own adapter (``adapter_names``) and its own seed (``seeds``). A batch's
+    prompts are prefilled by :func:`_prefilled`: the start they all share (system prompt,
+    template, a judge's rubric) once per adapter, a prompt asked several times of one adapter
+    (a judge's samples) once, then the cache is spread to every row; an answer is what
+    generating it alone gives, up to float rounding."""
     if not prompts:
         return []
     device = next(model.parameters()).device
     stops = stop_token_ids(tok)
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    names = adapter_names or [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), prompts[i], names[i], i))
     out: list[Generation | None] = [None] * len(prompts)
     # an explicit config: nothing from the checkpoint's generation_config (penalties,
     # sampling flags) is applied behind our back
@@ -127,12 +132,11 @@ def generate(
     with tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            enc = {
-                k: v.to(device) for k, v in _left_padded([prompts[i] for i in idx], tok.pad_token_id).items()
-            }
-            extra = {}
-            if adapter_names is not None:
-                extra["adapter_names"] = [adapter_names[i] for i in idx]
+            rows = [prompts[i] for i in idx]
+            who = [adapter_names[i] for i in idx] if adapter_names is not None else None
+            enc, extra = _prefilled(model, rows, who, tok.pad_token_id, device)
+            if who is not None:
+                extra["adapter_names"] = who
             if not sampling.greedy:
                 sampler = SeededSampler([seeds[i] for i in idx], sampling, device)
                 extra["logits_processor"] = LogitsProcessorList([sampler])
@@ -147,6 +151,66 @@ def generate(
                 rate = done / elapsed
                 log.info("%s: %d/%d prompts, %.2f prompts/s, %.0f s", desc, done, len(order), rate, elapsed)
     return out  # type: ignore[return-value]
+
+
+GENERATE_SHARED_MIN = 4
+"""Tokens a batch's prompts must share at the start for generation to compute them once."""
+SHARE_PROMPTS = True
+"""False: every row's prompt is computed in full with left padding (benchmarks compare)."""
+
+
+def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, device):
+    """Inputs of ``model.generate`` for one batch of prompts (token ids) with every prompt
+    token but the last already in a KV cache, each token computed as few times as it can be:
+    the start every prompt shares (at least :data:`GENERATE_SHARED_MIN` tokens; every prompt
+    keeps one of its own) once per adapter, each distinct (adapter, prompt) once, then the
+    cache spread over the rows. Rows are laid out as shared start, padding, the rest (padding
+    in the middle, masked; position ids from the mask, so every token has the position it has
+    alone). Nothing to share: plain left padding and no cache. Returns (the ``input_ids`` and
+    ``attention_mask``, the extra ``generate`` arguments: ``cache``, or nothing)."""
+    n = len(rows)
+    who = names or [None] * n
+    shared = min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
+    keys = list(dict.fromkeys((w, tuple(r)) for w, r in zip(who, rows)))  # distinct, in order
+    if not SHARE_PROMPTS or (shared < GENERATE_SHARED_MIN and len(keys) == n):
+        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {}
+    shared = max(shared, 0)
+    width = max(len(r) for r in rows)
+    ids = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, :shared] = torch.tensor(r[:shared], dtype=torch.long)
+        ids[i, width - len(r) + shared :] = torch.tensor(r[shared:], dtype=torch.long)
+        mask[i, :shared] = 1
+        mask[i, width - len(r) + shared :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    adapters = list(dict.fromkeys(who))
+    first = {k: i for i, k in reversed(list(enumerate(zip(who, map(tuple, rows)))))}  # key -> first row
+    distinct = [first[k] for k in keys]
+    hooks = {} if names is None else {"adapter_names": adapters}
+    cache = None
+    if shared:  # the shared start, once per adapter
+        start = ids[:1, :shared].expand(len(adapters), shared)
+        cache = model(input_ids=start, use_cache=True, logits_to_keep=1, **hooks).cache
+        cache.batch_select_indices(torch.tensor([adapters.index(who[i]) for i in distinct], device=device))
+    if width - 1 > shared:  # the rest of each distinct prompt but its last token
+        hooks = {} if names is None else {"adapter_names": [who[i] for i in distinct]}
+        d = torch.tensor(distinct, device=device)
+        cache = model(
+            input_ids=ids[d, shared : width - 1],
+            attention_mask=mask[d, : width - 1],
+            position_ids=pos[d, shared : width - 1],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **hooks,
+        ).cache
+    if cache is None:  # one-token prompts: nothing to compute ahead
+        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {}
+    index = [distinct.index(first[(w, tuple(r))]) for w, r in zip(who, rows)]
+    cache.batch_select_indices(torch.tensor(index, device=device))
+    return {"input_ids": ids, "attention_mask": mask}, {"cache": cache}
 
 
 def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
