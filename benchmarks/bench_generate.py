@@ -130,10 +130,11 @@ def main() -> None:
         texts[share] = [o.text for o in got]
     hf.SHARE_PROMPTS = True
     same = sum(a == b for a, b in zip(texts[True], texts[False]))
+    once, full_rows = (" ".join(f"{t:.2f}" for t in shared_runs[k]) for k in (True, False))
+    speedup = min(shared_runs[False]) / min(shared_runs[True])
     print(
-        f"whole answers, the shared start computed once: {' '.join(f'{t:.2f}' for t in shared_runs[True])} s, "
-        f"every prompt in full: {' '.join(f'{t:.2f}' for t in shared_runs[False])} s: "
-        f"{min(shared_runs[False]) / min(shared_runs[True]):.2f}x (best of 2 each); {same} of {n} answers the same"
+        f"whole answers, the shared start computed once: {once} s, every prompt in full: "
+        f"{full_rows} s: {speedup:.2f}x (best of 2 each); {same} of {n} answers the same"
     )
 
     model, names = with_random_adapters(plain, 4)  # plain's own timings are done

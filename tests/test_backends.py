@@ -203,13 +203,19 @@ def test_generation_computes_shared_prompt_starts_once_and_answers_as_alone(pool
     computed = []
     hook = embed.register_forward_pre_hook(lambda m, args: computed.append(args[0].numel()))
     try:
-        for sampling in (Sampling.greedy_decoding(6), Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=6)):
+        for sampling in (
+            Sampling.greedy_decoding(6),
+            Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=6),
+        ):
             computed.clear()
             together = served.generate(texts, sampling, seeds, batch_size=len(texts))
             prefill_shared = computed[0] + computed[1]  # shared starts, then the distinct prompts' rests
             monkeypatch.setattr(hf, "SHARE_PROMPTS", False)  # alone: plain left padding
             computed.clear()
-            alone = [backend([s]).serve(s).generate([t], sampling, [seed], 1)[0] for (s, _), t, seed in zip(asked, texts, seeds)]
+            alone = [
+                backend([s]).serve(s).generate([t], sampling, [seed], 1)[0]
+                for (s, _), t, seed in zip(asked, texts, seeds)
+            ]
             monkeypatch.undo()
             assert together == alone
             tokens = sum(len(t) - 1 for t in texts)

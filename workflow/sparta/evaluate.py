@@ -222,7 +222,9 @@ def evaluate_members(
             ids = df["example_id"].to_numpy()
             frames.append(pd.DataFrame({"member": m, "split": split, "example_id": ids, **columns}))
     if not frames:
-        return pd.DataFrame(columns=["task", "metric", "member", "split", "example_id", "prediction", "score"])
+        return pd.DataFrame(
+            columns=["task", "metric", "member", "split", "example_id", "prediction", "score"]
+        )
     result = pd.concat(frames, ignore_index=True)
     result.insert(0, "task", task.name)
     result.insert(1, "metric", task.metric)
