@@ -92,6 +92,35 @@ def test_sampling_is_seeded_per_answer_whatever_the_batch(pool):
     assert [g.text for g in other] != [g.text for g in first]
 
 
+@pytest.mark.parametrize("top_k, top_p", [(50, 0.95), (0, 1.0), (0, 0.5)])
+def test_the_batched_draw_is_each_rows_multinomial(top_k, top_p):
+    """The sampler draws every row at once (on a GPU a few kernels a step, not about ten per
+    row) and still exactly as ``torch.multinomial`` with the row's own generator would, so CPU
+    answers are those of the per-row draw; where CUDA is present its draws equal the CPU's."""
+    from sparta.backends.hf import SeededSampler
+
+    sampling = Sampling(temperature=0.8, top_p=top_p, top_k=top_k, max_new_tokens=4)
+    seeds = list(range(500, 517))
+    sampler = SeededSampler(seeds, sampling)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    torch.manual_seed(3)
+    for _ in range(40):
+        scores = torch.randn(len(seeds), 300) * 4
+        logits = scores / sampling.temperature
+        top, index = torch.topk(logits, top_k or logits.shape[-1], dim=-1)
+        probs = top.softmax(-1)
+        if top_p < 1:
+            probs = top.masked_fill(probs.cumsum(-1) - probs >= top_p, float("-inf")).softmax(-1)
+        want = [
+            index[i, torch.multinomial(probs[i], 1, generator=g)].item() for i, g in enumerate(generators)
+        ]
+        assert sampler(None, scores).argmax(-1).tolist() == want
+    if torch.cuda.is_available():
+        cpu, gpu = SeededSampler(seeds, sampling), SeededSampler(seeds, sampling, "cuda")
+        scores = torch.randn(len(seeds), 300)
+        assert cpu(None, scores).argmax(-1).tolist() == gpu(None, scores.cuda()).argmax(-1).tolist()
+
+
 def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
     """Requests whose prompts begin alike are computed with their common prefix once (one
     row, fewer tokens), and each continuation's log-probability is what a plain forward pass
@@ -131,6 +160,25 @@ def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
                 want = sum(logp[len(prompts[i]) + k - 1, c[k]].item() for k in range(len(c)))
                 assert lp == pytest.approx(want, abs=1e-4)
     assert got == mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
+
+
+def test_an_empty_continuation_scores_zero_and_leaves_the_others_alone(pool):
+    """An empty answer (a member that ended its turn at once) is an empty continuation: its
+    summed log-probability is 0, as vLLM's, and the batch it shares a row with scores as
+    without it. Found on a GPU, where the widest row of a held-out pair-accuracy batch held
+    an empty answer: the row's width was counted one short and the job crashed."""
+    from sparta.backends.hf import SHARED_PREFIX_MIN
+
+    mixed = backend(pool)
+    stem = list(range(5, 5 + 2 * SHARED_PREFIX_MIN))
+    prompts = [stem + [40], stem + [41], stem + [42, 43], [3, 4]]
+    conts = [[[7, 8]], [[]], [[], [9]], [[]]]
+    served = mixed.serve_each([pool[0]] * len(prompts))
+    got = served.continuation_logprobs(prompts, conts, batch_size=8)
+    assert got[1] == [0.0] and got[2][0] == 0.0 and got[3] == [0.0]
+    alone = mixed.serve(pool[0]).continuation_logprobs([prompts[0], prompts[2]], [conts[0], [[9]]], 1)
+    assert got[0][0] == pytest.approx(alone[0][0], abs=1e-5)
+    assert got[2][1] == pytest.approx(alone[1][0], abs=1e-5)
 
 
 def test_evaluation_tests_only_the_member_a_selection_can_pick(pool, tmp_path):
