@@ -16,7 +16,7 @@ Covers, each timed, with tokens/s and peak GPU memory printed:
      ``qwen2.5-7b``): the base saved and loaded as a job loads it, two members' LoRA
      adapters (the project's LoRA settings) answering in the same batches, pointwise
      expected-score judging with the default defences, DPO steps at the paper's batch of 1.
-     Random weights never end an answer, so every answer runs to ``max_new_tokens``: the
+     Random weights seldom end an answer, so answers run to about ``max_new_tokens``: the
      figures bound a real model's (which stops earlier) from above.
   6. ``--workflow``: the embedded default (``config.yaml``: 4 members, SFT, 2 iterations,
      evaluation) run by snakemake on this GPU with a random-weight base of SmolLM2-135M's shape

@@ -75,6 +75,7 @@ LONGEST_FIRST = (
     "test_export",
     "test_integrity",
     "test_cluster_config",
+    "test_gpu_check",
     "test_planning",
     "test_keep",
     "test_handoff",
