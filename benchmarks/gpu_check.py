@@ -234,14 +234,6 @@ def shape_stage(
     shutil.rmtree(base, ignore_errors=True)
 
 
-def merged(a: dict, b: dict) -> dict:
-    """``b`` over ``a``, section by section (as snakemake merges config files)."""
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = merged(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
-    return out
-
-
 def workflow_stage(
     tok_folder: Path, work: Path, dev: str, cores: int, figures: dict, overlay: Path | None = None
 ) -> None:
@@ -251,15 +243,15 @@ def workflow_stage(
     import torch
     import yaml
 
+    from sparta.study import merge
+
     base, _, _ = random_base("smollm2-135m", tok_folder, work / "smollm2-random", dev, torch.float32)
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     if overlay is not None:
-        cfg = merged(cfg, yaml.safe_load(overlay.read_text()))
+        cfg = merge(cfg, yaml.safe_load(overlay.read_text()))
     cfg.update(experiment="gpu-default", device=dev)
-    cfg["analysis"] = {
-        **cfg.get("analysis", {}),
-        "embedding_package": None,
-    }  # no embedder wheel on a bare node
+    # no sentence-embedding wheel on a bare GPU node
+    cfg["analysis"] = {**cfg.get("analysis", {}), "embedding_package": None}
     cfg["base_models"] = {"smollm2": {"path": str(base)}}
     cfg["prompts"]["file"] = str(REPO / cfg["prompts"]["file"])
     cfg["sft"]["data_dir"] = str(REPO / cfg["sft"]["data_dir"])
@@ -459,10 +451,11 @@ def main() -> int:
         scratch = Path("/dev/shm")
     tmp = Path(tempfile.mkdtemp(prefix="sparta-gpu-", dir=scratch))
     failed = []
+    if args.out:  # the figures, the workflow's log and its jobs' logs go beside each other
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:  # after every stage: a run cut short still leaves what it measured
         if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(figures, indent=2))
 
     if not args.skip_tiny:

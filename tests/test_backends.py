@@ -116,7 +116,7 @@ def test_the_batched_draw_is_each_rows_multinomial(top_k, top_p):
         ]
         assert sampler(None, scores).argmax(-1).tolist() == want
     if torch.cuda.is_available():
-        cpu, gpu = SeededSampler(seeds, sampling), SeededSampler(seeds, sampling, "cuda")
+        cpu, gpu = SeededSampler(seeds, sampling), SeededSampler(seeds, sampling)  # the device is the scores'
         scores = torch.randn(len(seeds), 300)
         assert cpu(None, scores).argmax(-1).tolist() == gpu(None, scores.cuda()).argmax(-1).tolist()
 

@@ -78,7 +78,7 @@ class SeededSampler(LogitsProcessor):
     per row (a row's multinomial checks, divides and reduces alone: at 64-128 rows a step,
     several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row, README)."""
 
-    def __init__(self, seeds, sampling: Sampling, device=None):
+    def __init__(self, seeds, sampling: Sampling):
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.sampling = sampling
 
@@ -149,7 +149,7 @@ def generate(
             if who is not None:
                 extra["adapter_names"] = who
             if not sampling.greedy:
-                sampler = SeededSampler([seeds[i] for i in idx], sampling, device)
+                sampler = SeededSampler([seeds[i] for i in idx], sampling)
                 extra["logits_processor"] = LogitsProcessorList([sampler])
             seqs = model.generate(**enc, generation_config=config, **extra)
             new = seqs[:, enc["input_ids"].shape[1] :].tolist()
