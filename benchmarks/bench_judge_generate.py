@@ -16,6 +16,14 @@ default, as a job of a local run (two jobs side by side on 2 cores).
 prompt starts with once, each answer's prompt once for its samples, ``hf.SHARE_PROMPTS``)
 against every row computed in full with left padding, alternated twice: seconds, speed-up,
 and whether every judgment's text is the same.
+
+``--decoding``: at the last batch size, three ways to decode, alternated twice: transformers'
+``generate`` with its DynamicCache (which concatenates every layer's whole cache at every
+step, and computes every row until the batch's longest judgment ends); ``generate`` with the
+backend's cache that writes each step into room kept after its tokens (``hf.RoomyLayer``,
+``hf.ROOMY_CACHE``); and the backend's own decoding, where a judgment that has ended leaves
+the batch (``hf.OWN_DECODING``, the default). Seconds, speed-up over the first, and whether
+every judgment's text is the same as the first's.
 """
 
 from __future__ import annotations
@@ -61,6 +69,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--judge", default=None, help="model folder or hub id (default: the SmolLM2 base)")
     ap.add_argument("--sharing", action="store_true", help="shared prefill against full rows instead")
+    ap.add_argument(
+        "--decoding", action="store_true", help="generate/DynamicCache against the backend's decoding"
+    )
     args = ap.parse_args()
     spec, judge = serve_judge(args.judge, args.threads)
     rows = pd.read_json(REPO / "data" / "arithmetic.jsonl", lines=True).head(args.prompts)
@@ -72,8 +83,17 @@ def main() -> None:
         f"{len(asked)} judgments ({args.prompts} answers x {args.samples}), up to "
         f"{args.max_new_tokens} new tokens, judge {spec.base}"
     )
+    last = replace(cfg, generate_batch_size=args.batch[-1])
     if args.sharing:
-        sharing(judge, asked, replace(cfg, generate_batch_size=args.batch[-1]), seeds)
+        compare(judge, asked, last, seeds, {"full rows": {"SHARE_PROMPTS": False}, "shared prefill": {}})
+        return
+    if args.decoding:
+        ways = {
+            "generate, DynamicCache": {"OWN_DECODING": False, "ROOMY_CACHE": False},
+            "generate, roomy cache": {"OWN_DECODING": False},
+            "own decoding, roomy cache": {},
+        }
+        compare(judge, asked, last, seeds, ways)
         return
     best: dict[int, float] = {}
     texts: dict[int, list[str]] = {}
@@ -96,24 +116,31 @@ def main() -> None:
         )
 
 
-def sharing(judge, asked, cfg, seeds) -> None:
-    """Shared prefill against full rows, alternated twice, the faster of each kept."""
+def compare(judge, asked, cfg, seeds, ways: dict[str, dict[str, bool]]) -> None:
+    """Each way (``hf`` module switches set off, the others at their defaults) alternated
+    twice, the faster of each kept; speed-up and same texts against the first way."""
     from sparta.backends import hf
 
-    best: dict[bool, float] = {}
-    texts: dict[bool, list[str]] = {}
-    for share in (True, False) * 2:
-        hf.SHARE_PROMPTS = share
+    defaults = {k: getattr(hf, k) for flags in ways.values() for k in flags}
+    best: dict[str, float] = {}
+    texts: dict[str, list[str]] = {}
+    for name in list(ways) * 2:
+        for k, v in defaults.items():
+            setattr(hf, k, ways[name].get(k, v))
         t0 = time.perf_counter()
         out = judge_answers(judge, asked, cfg, SYSTEM, seeds=seeds, rubric=ADDITIVE_RUBRIC)
-        best[share] = min(best.get(share, float("inf")), time.perf_counter() - t0)
-        texts[share] = [j.raw for j in out]
-    hf.SHARE_PROMPTS = True
-    same = sum(a == b for a, b in zip(texts[True], texts[False]))
-    print(
-        f"batch {cfg.generate_batch_size}: full rows {best[False]:.1f} s, shared prefill {best[True]:.1f} s: "
-        f"{best[False] / best[True]:.2f}x; {same} of {len(asked)} judgments the same text"
-    )
+        best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
+        texts[name] = [j.raw for j in out]
+    for k, v in defaults.items():
+        setattr(hf, k, v)
+    first = next(iter(ways))
+    print(f"batch {cfg.generate_batch_size}, {len(asked)} judgments (best of 2 each):")
+    for name in ways:
+        same = sum(a == b for a, b in zip(texts[name], texts[first]))
+        print(
+            f"  {name:<28}{best[name]:>7.1f} s {best[first] / best[name]:>6.2f}x  "
+            f"{same} of {len(asked)} texts as {first}"
+        )
 
 
 if __name__ == "__main__":

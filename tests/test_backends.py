@@ -272,3 +272,70 @@ def test_generation_computes_shared_prompt_starts_once_and_answers_as_alone(pool
         hook.remove()
     dupes = [g.text for (s, p), g in zip(asked, together) if (s, p) == (pool[0], PROMPTS[1])]
     assert len(set(dupes)) > 1  # the samples of one prompt still draw from their own seeds
+
+
+def test_the_roomy_cache_layer_holds_what_transformers_layer_holds():
+    """RoomyLayer writes into room kept after its tokens instead of concatenating; whatever
+    happens to the cache (growth past its room, rows selected, tokens cropped), it returns
+    and holds what DynamicLayer does."""
+    from transformers.cache_utils import DynamicLayer
+
+    from sparta.backends.hf import RoomyLayer
+
+    g = torch.Generator().manual_seed(0)
+    plain, roomy = DynamicLayer(), RoomyLayer(room=2)
+    rows = 5
+
+    def step(add):
+        k, v = (torch.randn(rows, 2, add, 4, generator=g) for _ in range(2))
+        for got, want in zip(roomy.update(k, v), plain.update(k, v)):
+            assert torch.equal(got, want)
+
+    for add in (6, 1, 1, 1, 4):  # the fourth token outgrows the room of 2, the 4 tokens again
+        step(add)
+    keep = torch.tensor([4, 0, 2])
+    plain.batch_select_indices(keep)
+    roomy.batch_select_indices(keep)
+    rows = 3
+    step(1)
+    step(1)
+    plain.crop(-2)
+    roomy.crop(-2)
+    step(3)
+    assert torch.equal(roomy.keys, plain.keys) and torch.equal(roomy.values, plain.values)
+    assert roomy.get_seq_length() == plain.get_seq_length() == 16
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_finished_rows_leave_the_batch_and_every_answer_stays_what_generate_gives(pool, monkeypatch, sampled):
+    """Own decoding (rows that ended their turn leave the batch, the roomy KV cache) gives
+    exactly the answers of transformers' generate with its DynamicCache, greedy or sampled,
+    members mixed; rows really leave (fewer rows in later steps) and answers end both ways."""
+    from sparta.backends import hf
+
+    # a ninth of the vocabulary ends a turn: the random members' answers end at many lengths
+    monkeypatch.setattr(hf, "stop_token_ids", lambda tok: list(range(3, 400, 9)))
+    monkeypatch.setattr(hf, "COMPACT_AT", 0.1)
+    asked = requests(pool) * 2
+    served = backend(pool).serve_each([s for s, _ in asked])
+    texts = [chat_ids(served.tok, p, "sys") for _, p in asked]
+    sampling = (
+        Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=12)
+        if sampled
+        else Sampling.greedy_decoding(12)
+    )
+    seeds = list(range(3, 3 + len(texts)))
+    embed = served.backend.loader.load_all(pool).get_input_embeddings()
+    widths = []
+    hook = embed.register_forward_pre_hook(lambda m, args: widths.append(tuple(args[0].shape)))
+    try:
+        ours = served.generate(texts, sampling, seeds, batch_size=len(texts))
+    finally:
+        hook.remove()
+    monkeypatch.setattr(hf, "OWN_DECODING", False)
+    monkeypatch.setattr(hf, "ROOMY_CACHE", False)
+    theirs = served.generate(texts, sampling, seeds, batch_size=len(texts))
+    assert ours == theirs
+    assert {g.finish_reason for g in ours} == {"stop", "length"}
+    steps = [rows for rows, width in widths if width == 1]
+    assert steps[0] == len(texts) and min(steps) < len(texts) / 2, steps
