@@ -11,7 +11,11 @@ Printed, all from one process (the machine's speed cancels out of the ratios):
 - prefill alone (``max_new_tokens=1``) against the whole answer (the task's 32 tokens), so the
   prompt's share of the time shows, and the time per decoding step;
 - the answers' lengths (mean, median, how many stop at the limit): what dropping finished rows
-  from a batch could save at most;
+  from a batch (the backend's own decoding, ``hf.OWN_DECODING``) can save at most;
+- whole answers decoded three ways, alternated twice: transformers' ``generate`` with its
+  DynamicCache (every layer's whole cache concatenated at every step, every row computed to
+  the batch's end), ``generate`` with the backend's roomy cache (``hf.ROOMY_CACHE``), and the
+  backend's own decoding (finished rows leave the batch): seconds, speed-up, same answers;
 - whole answers with the prompts' shared start computed once (``hf.SHARE_PROMPTS``, as the
   backend generates) against every row's prompt computed in full with left padding,
   alternated twice: the speed-up and how many answers are the same;
@@ -117,9 +121,31 @@ def main() -> None:
     print(
         f"answer tokens: mean {mean:.1f}, median {statistics.median(lengths):.0f}"
         + f", {at_max} of {n} stopped by the limit"
-        + f"; dropping finished rows could save at most {1 - mean / args.max_new_tokens:.0%}"
+        + f"; dropping finished rows saves at most {1 - mean / args.max_new_tokens:.0%}"
         " of the decoding steps' rows"
     )
+
+    ways = {
+        "generate, DynamicCache": {"OWN_DECODING": False, "ROOMY_CACHE": False},
+        "generate, roomy cache": {"OWN_DECODING": False, "ROOMY_CACHE": True},
+        "own decoding, roomy cache": {"OWN_DECODING": True, "ROOMY_CACHE": True},
+    }
+    best: dict[str, float] = {}
+    answers: dict[str, list[str]] = {}
+    for name in list(ways) * 2:
+        for flag, value in ways[name].items():
+            setattr(hf, flag, value)
+        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+        best[name] = min(best.get(name, float("inf")), took)
+        answers[name] = [o.text for o in got]
+    hf.OWN_DECODING = hf.ROOMY_CACHE = True
+    first = next(iter(ways))
+    for name in ways:
+        same = sum(a == b for a, b in zip(answers[name], answers[first]))
+        print(
+            f"whole answers, {name}: {best[name]:.2f} s, {best[first] / best[name]:.2f}x "
+            f"(best of 2); {same} of {n} answers as {first}"
+        )
 
     shared_runs: dict[bool, list[float]] = {True: [], False: []}
     texts: dict[bool, list[str]] = {}
