@@ -290,6 +290,14 @@ class RoomyLayer(DynamicLayer):
         self.keys, self.values = held[0][:, :, : n + add], held[1][:, :, : n + add]
         return self.keys, self.values
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices``, room and all: one copy, and the next step writes into it."""
+        held, n = self._buffers, self.get_seq_length()
+        if held is None or n == 0 or self.keys.data_ptr() != held[0].data_ptr():
+            return super().batch_select_indices(indices)
+        held = self._buffers = (held[0][indices], held[1][indices])
+        self.keys, self.values = held[0][:, :, :n], held[1][:, :, :n]
+
     def reset(self) -> None:
         self._buffers = None
         super().reset()
