@@ -121,11 +121,17 @@ def test_the_batched_draw_is_each_rows_multinomial(top_k, top_p):
         assert cpu(None, scores).argmax(-1).tolist() == gpu(None, scores.cuda()).argmax(-1).tolist()
 
 
-def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
+@pytest.mark.parametrize("cached", [True, False])
+def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool, monkeypatch, cached):
     """Requests whose prompts begin alike are computed with their common prefix once (one
     row, fewer tokens), and each continuation's log-probability is what a plain forward pass
-    over its prompt and continuation alone gives, whatever the adapter and batch."""
+    over its prompt and continuation alone gives, whatever the adapter and batch: with the
+    prefix in a KV cache and a row per request (the default), or prefix and requests in one
+    tree-masked row."""
+    from sparta.backends import hf
     from sparta.backends.hf import SHARED_PREFIX_MIN, _row_length, _segments
+
+    monkeypatch.setattr(hf, "PREFIX_CACHE", cached)
 
     mixed = backend(pool)
     model, names = mixed._model(pool)
