@@ -156,16 +156,26 @@ def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool, monkeypa
     alone = sum(len(p) + sum(len(c) - 1 for c in cs) for p, cs in zip(prompts, conts))
     assert computed < alone * 0.6
     got = mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
+    want = [[] for _ in prompts]
     for m, spec in enumerate(pool):
         ref = backend([spec]).loader.load(spec)
         for i in (i for i, w in enumerate(who) if w == m):
-            for c, lp in zip(conts[i], got[i]):
+            for c in conts[i]:
                 ids = torch.tensor([prompts[i] + c])
                 with torch.no_grad():
                     logp = torch.log_softmax(ref(input_ids=ids).logits[0].float(), -1)
-                want = sum(logp[len(prompts[i]) + k - 1, c[k]].item() for k in range(len(c)))
-                assert lp == pytest.approx(want, abs=1e-4)
+                want[i].append(sum(logp[len(prompts[i]) + k - 1, c[k]].item() for k in range(len(c))))
+    for lp, w in zip(got, want):
+        assert lp == pytest.approx(w, abs=1e-4)
     assert got == mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
+    # without the two short prompts every prompt shares the stem: computed once per adapter
+    # for the whole call, and the rows extend it
+    n = len(prompts) - 2
+    assert hf._common_start(model, prompts, adapters, torch.device("cpu")) is None
+    assert hf._common_start(model, prompts[:n], adapters[:n], torch.device("cpu"))[0] >= 2 * SHARED_PREFIX_MIN
+    alike = mixed.continuation_logprobs([pool[m] for m in who[:n]], prompts[:n], conts[:n], batch_size=8)
+    for lp, w in zip(alike, want[:n]):
+        assert lp == pytest.approx(w, abs=1e-4)
 
 
 def test_an_empty_continuation_scores_zero_and_leaves_the_others_alone(pool):

@@ -417,12 +417,44 @@ def continuation_logprobs(
         held += len(seg[1])
     if current:
         batches.append(current)
+    start = _common_start(model, prompts, adapter_names, device) if PREFIX_CACHE else None
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
         for batch in batches:
-            score = _cached_logprobs if PREFIX_CACHE else _tree_logprobs
-            for i, lp in score(model, batch, prompts, conts, pad, device, adapter_names).items():
+            if PREFIX_CACHE:
+                got = _cached_logprobs(model, batch, prompts, conts, pad, device, adapter_names, start)
+            else:
+                got = _tree_logprobs(model, batch, prompts, conts, pad, device, adapter_names)
+            for i, lp in got.items():
                 out[i] = lp
             bar.update(sum(len(s[1]) for s in batch))
+    return out
+
+
+def _common_start(model, prompts, adapter_names, device):
+    """The start every prompt of a scoring call shares (a judge's system prompt and rubric:
+    at least :data:`SHARED_PREFIX_MIN` tokens, every prompt keeping one of its own), computed
+    once per adapter for the whole call: (its length, its KV cache with a row per adapter,
+    the adapters in row order), or None."""
+    if len(prompts) < 2:
+        return None
+    length = min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
+    if length < SHARED_PREFIX_MIN:
+        return None
+    adapters = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
+    ids = torch.tensor([prompts[0][:length]], dtype=torch.long, device=device).expand(len(adapters), -1)
+    hooks = {"adapter_names": adapters} if adapter_names is not None else {}
+    cache = model(input_ids=ids, use_cache=True, logits_to_keep=1, **hooks).cache
+    return length, cache, adapters
+
+
+def _rows_of(cache, rows: list[int]) -> DynamicCache:
+    """A new KV cache holding ``rows`` of ``cache`` (which stays as it is)."""
+    out = DynamicCache()
+    index = None
+    for k, layer in enumerate(cache.layers):
+        if index is None:
+            index = torch.tensor(rows, device=layer.keys.device)
+        out.update(layer.keys[index], layer.values[index], k)
     return out
 
 
@@ -554,7 +586,9 @@ def _continuation_scores(logits, keep, wanted, conts) -> dict[int, list[float]]:
     return result
 
 
-def _cached_logprobs(model, segments, prompts, conts, pad, device, names=None) -> dict[int, list[float]]:
+def _cached_logprobs(
+    model, segments, prompts, conts, pad, device, names=None, start=None
+) -> dict[int, list[float]]:
     """What :func:`_tree_logprobs` computes for a batch of rows, in two forward passes: each
     row's shared prefix once (a KV cache, one row per segment), then one row per request: the
     rest of its prompt and every continuation's tokens but the last, attending to its
@@ -563,27 +597,37 @@ def _cached_logprobs(model, segments, prompts, conts, pad, device, names=None) -
     attention is paid per request (its tokens x prefix and own tokens) instead of per row
     (the row's tokens squared, most of it masked): on the pairwise judge requests of SPPO,
     23.6M query-key pairs of a batch's rows become 4.7M. Position ids are each request's
-    own; padding rows see themselves only."""
+    own; padding rows see themselves only. ``start`` (:func:`_common_start`): the call's
+    common start, already in a cache, which every row extends instead of computing it again."""
     reqs = [(r, i) for r, (_, idx) in enumerate(segments) for i in idx]
-    shared = [seg[0] for seg in segments]
+    common, common_cache, common_adapters = start if start is not None else (0, None, None)
+    shared = [max(seg[0], common) for seg in segments]  # a row of one request starts after the common start
     width_prefix = max(shared)
     rows_adapter = [names[idx[0]] for _, idx in segments] if names is not None else None
     cache = None
-    if width_prefix:
-        ids = torch.full((len(segments), width_prefix), pad, dtype=torch.long)
+    if common:
+        cache = _rows_of(
+            common_cache, [common_adapters.index(a) for a in (rows_adapter or [None] * len(segments))]
+        )
+    if width_prefix > common:  # each row's prefix after the common start
+        ids = torch.full((len(segments), width_prefix - common), pad, dtype=torch.long)
         mask = torch.zeros((len(segments), width_prefix), dtype=torch.long)
+        mask[:, :common] = 1
         for r, (s, idx) in enumerate(segments):
-            ids[r, :s] = torch.tensor(prompts[idx[0]][:s], dtype=torch.long)
-            mask[r, : max(s, 1)] = 1  # a row without a prefix computes a token nobody sees
+            s = shared[r]
+            ids[r, : s - common] = torch.tensor(prompts[idx[0]][common:s], dtype=torch.long)
+            mask[r, common : max(s, common + 1)] = 1  # a row without a prefix computes a token nobody sees
         hooks = {"adapter_names": rows_adapter} if names is not None else {}
         cache = model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
-            position_ids=torch.arange(width_prefix, device=device)[None].expand(len(segments), -1),
+            position_ids=torch.arange(common, width_prefix, device=device)[None].expand(len(segments), -1),
+            cache=cache,
             use_cache=True,
             logits_to_keep=1,
             **hooks,
         ).cache
+    if cache is not None:
         cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
     own = [len(prompts[i]) - shared[r] + sum(max(len(c) - 1, 0) for c in conts[i]) for r, i in reqs]
     width = max(own)
