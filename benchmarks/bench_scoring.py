@@ -148,27 +148,13 @@ def main() -> None:
 
 def attention_pairs(prompts, conts, batch_size: int, cached: bool) -> int:
     """Query-key pairs the attention of the scoring batches computes (padding included)."""
-    segments = hf._segments(prompts, None, batch_size)
-    segments.sort(key=lambda seg: -hf._row_length(seg, prompts, conts))
-    batches, current, held = [], [], 0
-    for seg in segments:
-        if current and held + len(seg[1]) > batch_size:
-            batches.append(current)
-            current, held = [], 0
-        current.append(seg)
-        held += len(seg[1])
-    batches.append(current)
     total = 0
-    for batch in batches:
+    for batch in hf._batches(prompts, conts, None, batch_size):
         if not cached:
             total += len(batch) * max(hf._row_length(seg, prompts, conts) for seg in batch) ** 2
             continue
         prefix = max(seg[0] for seg in batch)
-        own = [
-            len(prompts[i]) - seg[0] + sum(max(len(c) - 1, 0) for c in conts[i])
-            for seg in batch
-            for i in seg[1]
-        ]
+        own = [hf._own_length(prompts[i], conts[i], seg[0]) for seg in batch for i in seg[1]]
         total += sum(seg[0] ** 2 for seg in batch) + len(own) * max(own) * (prefix + max(own))
     return total
 

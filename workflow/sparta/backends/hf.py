@@ -257,9 +257,10 @@ class RoomyLayer(DynamicLayer):
     and values into it. DynamicLayer concatenates: every decoding step copies every layer's
     whole cache (on 2 CPU cores, 83% of a pool judge's decoding time at 48 rows of 500
     tokens); here a step copies its own new tokens only, and the cache is copied once more
-    only when it outgrows its room or is replaced (``batch_select_indices`` and the like make
-    new tensors, adopted at the next update). ``keys``/``values`` are views of the filled part,
-    so everything that reads them sees a DynamicLayer."""
+    only when it outgrows its room, when rows are selected (room and all), or when something
+    else replaces it (reordering makes new tensors, adopted at the next update).
+    ``keys``/``values`` are views of the filled part, so everything that reads them sees a
+    DynamicLayer."""
 
     def __init__(self, room: int = 64, **kwargs):
         super().__init__(**kwargs)
@@ -404,19 +405,8 @@ def continuation_logprobs(
     at most ``batch_size`` requests. Each request's result is what scoring it alone gives, up
     to float rounding."""
     device = next(model.parameters()).device
-    segments = _segments(prompts, adapter_names, batch_size)
+    batches = _batches(prompts, conts, adapter_names, batch_size)
     out: list[list[float]] = [[] for _ in prompts]
-    # longest rows first, rows of alike length together: little padding
-    segments.sort(key=lambda seg: -_row_length(seg, prompts, conts))
-    batches, current, held = [], [], 0
-    for seg in segments:
-        if current and held + len(seg[1]) > batch_size:
-            batches.append(current)
-            current, held = [], 0
-        current.append(seg)
-        held += len(seg[1])
-    if current:
-        batches.append(current)
     start = _common_start(model, prompts, adapter_names, device) if PREFIX_CACHE else None
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
         for batch in batches:
@@ -428,6 +418,23 @@ def continuation_logprobs(
                 out[i] = lp
             bar.update(sum(len(s[1]) for s in batch))
     return out
+
+
+def _batches(prompts, conts, adapter_names, batch_size: int) -> list[list[tuple[int, list[int]]]]:
+    """The rows of :func:`_segments` cut into batches of at most ``batch_size`` requests,
+    longest rows first (rows of alike length together: little padding)."""
+    segments = _segments(prompts, adapter_names, batch_size)
+    segments.sort(key=lambda seg: -_row_length(seg, prompts, conts))
+    batches, current, held = [], [], 0
+    for seg in segments:
+        if current and held + len(seg[1]) > batch_size:
+            batches.append(current)
+            current, held = [], 0
+        current.append(seg)
+        held += len(seg[1])
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _common_start(model, prompts, adapter_names, device):
@@ -506,7 +513,13 @@ def _row_length(segment, prompts, conts) -> int:
     """Tokens a row computes: its shared prefix, then per request the rest of its prompt and
     every continuation's tokens but the last (an empty continuation computes none)."""
     shared, idx = segment
-    return shared + sum(len(prompts[i]) - shared + sum(max(len(c) - 1, 0) for c in conts[i]) for i in idx)
+    return shared + sum(_own_length(prompts[i], conts[i], shared) for i in idx)
+
+
+def _own_length(prompt, conts, shared: int) -> int:
+    """Tokens a request computes after a prefix of ``shared`` tokens: the rest of its prompt
+    and every continuation's tokens but the last."""
+    return len(prompt) - shared + sum(max(len(c) - 1, 0) for c in conts)
 
 
 def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> dict[int, list[float]]:
@@ -629,7 +642,7 @@ def _cached_logprobs(
         ).cache
     if cache is not None:
         cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
-    own = [len(prompts[i]) - shared[r] + sum(max(len(c) - 1, 0) for c in conts[i]) for r, i in reqs]
+    own = [_own_length(prompts[i], conts[i], shared[r]) for r, i in reqs]
     width = max(own)
     ids = torch.full((len(reqs), width), pad, dtype=torch.long)
     pos = torch.zeros((len(reqs), width), dtype=torch.long)
