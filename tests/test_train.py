@@ -206,6 +206,7 @@ def _sppo_setup(sft_adapter, tmp_path, loss_type, p_chosen, p_rejected):
         max_length=128,
         precompute_ref_log_probs=True,
         use_cpu=True,
+        bf16=False,  # the run's precision on CPU (fp32), not TRL's bf16 autocast
         report_to=[],
         seed=0,
     )
@@ -259,3 +260,112 @@ def test_sppo_with_hard_probabilities_is_trl_sppo_hard(sft_adapter, tmp_path):
         batches.append(batch)
     assert torch.equal(batches[0]["input_ids"], batches[1]["input_ids"])
     assert losses[0] > 0 and torch.allclose(losses[0], losses[1], atol=1e-5), losses
+
+
+# answers that share an opening ("It is"), answers of different lengths, one answer the other's
+# prefix, and two equal answers: every way a pair's tree can branch
+TREE_PAIRS = pd.DataFrame(
+    {
+        "prompt": ["What is 3 + 4?", "What is 2 * 5? Show the steps.", "What is 1 + 1?", "Name a number."],
+        "chosen": ["It is 7. The answer is 7.", "2 * 5 = 10. The answer is 10.", "2", "Seven"],
+        "rejected": ["It is 9.", "It is 25.", "2 and more", "Seven"],
+    }
+)
+
+
+def _fused_batch(sft_adapter, tmp_path):
+    """The member with its LoRA moved off zero, and one TRL preference batch of TREE_PAIRS."""
+    from trl import DPOConfig, DPOTrainer
+
+    from sparta.train import TrainableMembers, load_tokenizer, preference_dataset
+
+    base, adapter = sft_adapter
+    model = TrainableMembers(LoraSettings(), CPU_SYS).attach(MemberSpec("ann", str(base), str(adapter)), 0)
+    _nudge(model)
+    tok = load_tokenizer(str(base))
+    tok.padding_side = "right"
+    args = DPOConfig(
+        output_dir=str(tmp_path / "trainer"),
+        per_device_train_batch_size=len(TREE_PAIRS),
+        max_length=128,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+    )
+    trainer = DPOTrainer(
+        model=model, args=args, train_dataset=preference_dataset(TREE_PAIRS, "sys"), processing_class=tok
+    )
+    batch = next(iter(trainer.get_train_dataloader()))
+    labels = batch["input_ids"].masked_fill(batch["completion_mask"] == 0, -100)
+    return model, {
+        "input_ids": batch["input_ids"],
+        "attention_mask": batch["attention_mask"],
+        "labels": labels,
+    }
+
+
+@pytest.mark.parametrize("chunk", [1024, 7])
+def test_pair_tree_gives_what_trls_two_rows_give(sft_adapter, tmp_path, monkeypatch, chunk):
+    """Each pair as one tree row (shared start once, the rejected answer seeing only the shared
+    start and itself, LM head on scored positions): TRL's fused output and gradients, also with
+    the head in checkpointed chunks."""
+    from sparta import pair_tree
+
+    monkeypatch.setattr(pair_tree, "HEAD_CHUNK", chunk)
+    model, kw = _fused_batch(sft_adapter, tmp_path)
+    tree = pair_tree.tree_of(kw["input_ids"], kw["attention_mask"], kw["labels"])
+    assert tree.input_ids.numel() < kw["input_ids"].numel()  # fewer positions computed
+    assert len(tree.labels) == int((kw["labels"][:, 1:] != -100).sum())  # the head scores only these
+    outs, grads = [], []
+    for way in ("rows", "tree"):
+        model.zero_grad()
+        model.train()
+        out = (
+            model(**kw, use_cache=False, fused_lm_head=True)
+            if way == "rows"
+            else pair_tree.forward(model, **kw)
+        )
+        out.log_probs.sum().backward()
+        outs.append(out)
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    rows, tree_out = outs
+    assert torch.equal(rows.label_mask, tree_out.label_mask)
+    for field in ("log_probs", "entropy", "mean_logits"):
+        torch.testing.assert_close(getattr(tree_out, field), getattr(rows, field), rtol=1e-5, atol=1e-5)
+    assert torch.equal(tree_out.is_top1, rows.is_top1 & rows.label_mask)
+    assert rows.log_probs.abs().sum() > 1  # scores that could differ
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 0
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-4, atol=1e-5)
+
+
+def test_dpo_through_the_pair_tree_trains_what_trls_forward_trains(sft_adapter, tmp_path, monkeypatch):
+    """A DPO job (and SPPO's trainer) with the tree forward and with TRL's own: the same
+    adapters up to float rounding."""
+    from sparta import pair_tree
+    from sparta.train import dpo_members
+
+    base, adapter = sft_adapter
+    spec = MemberSpec("ann", str(base), str(adapter))
+    prefs = TREE_PAIRS.assign(chosen_score=[9.0, 8.0, 7.0, 6.0], rejected_score=[2.0, 3.0, 4.0, 5.0])
+    weights = {}
+    for loss in ("dpo", "sppo"):
+        for way in (False, True):
+            monkeypatch.setattr(pair_tree, "PAIR_TREE", way)
+            out = tmp_path / f"{loss}-{way}"
+            dpo_members(
+                [(spec, out, 5)],
+                prefs,
+                DPOSettings(learning_rate=1e-2, max_length=128),
+                LoraSettings(),
+                CPU_SYS,
+                loss=loss,
+            )
+            weights[loss, way] = load_file(out / "adapter" / "adapter_model.safetensors")
+        rows, tree = weights[loss, False], weights[loss, True]
+        before = load_file(adapter / "adapter_model.safetensors")
+        moved = sum(float((rows[k] - before[k]).norm() ** 2) for k in rows) ** 0.5
+        apart = sum(float((tree[k] - rows[k]).norm() ** 2) for k in rows) ** 0.5
+        # Adam turns float noise in near-zero gradients into whole steps of some weights, so the
+        # adapters are compared as a whole: the two trainings moved them the same way
+        assert moved > 0.1 and apart < 0.05 * moved, (loss, moved, apart)  # a leaking tree: 0.5

@@ -187,6 +187,8 @@ def sppo_trainer():
     from trl import DPOTrainer
     from trl.trainer.dpo_trainer import DataCollatorForPreference
 
+    from .pair_tree import with_pair_tree
+
     extra = ("win_prob_chosen", "win_prob_rejected")
     not_model = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps", *extra}
 
@@ -197,7 +199,7 @@ def sppo_trainer():
                 out[k] = torch.tensor([float(e[k]) for e in examples], dtype=torch.float32)
             return out
 
-    class SPPOTrainer(DPOTrainer):
+    class SPPOTrainer(with_pair_tree(DPOTrainer)):
         def _set_signature_columns_if_needed(self):  # keep the probabilities in the batches
             super()._set_signature_columns_if_needed()
             self._signature_columns = [
@@ -212,7 +214,7 @@ def sppo_trainer():
             completion_mask = inputs["completion_mask"]
             kwargs = {k: v for k, v in inputs.items() if k not in not_model}
             labels = inputs["input_ids"].masked_fill(completion_mask == 0, -100)
-            out = model(**kwargs, use_cache=False, labels=labels, fused_lm_head=True)
+            out = self.pair_model(model)(**kwargs, use_cache=False, labels=labels, fused_lm_head=True)
             logps = out.log_probs[:, -(completion_mask.size(1) - 1) :].sum(dim=1)
             chosen, rejected = logps.chunk(2, dim=0)  # the batch is [chosen..., rejected...]
             if self.precompute_ref_logps:
@@ -350,6 +352,8 @@ def dpo_members(
     from transformers import set_seed
     from trl import DPOConfig, DPOTrainer
 
+    from .pair_tree import with_pair_tree
+
     trainable = TrainableMembers(lora, runtime)
     summaries = []
     tok, tok_base = None, None
@@ -403,7 +407,7 @@ def dpo_members(
         )
         set_seed(seed)
         extra = {}
-        trainer_class = DPOTrainer
+        trainer_class = with_pair_tree(DPOTrainer)
         if loss == "sppo":
             trainer_class, collator = sppo_trainer()
             extra["data_collator"] = collator(pad_token_id=tok.pad_token_id, max_length=params.max_length)

@@ -1,0 +1,246 @@
+"""DPO's forward pass with each pair's shared start computed once.
+
+TRL's preference batch holds a pair as two rows, prompt + chosen and prompt + rejected, padded
+to the longer one, and its fused LM head scores every position of both rows. The prompt (and
+any opening the two answers share) is computed twice and the head runs over prompt and padding
+positions whose scores are thrown away. Here a pair is one row laid out as a tree: the shared
+start, the chosen answer after it, then the rejected answer, which attends to the shared start
+and to itself only and takes the positions it has in its own row. The LM head runs only on the
+positions that are scored. The result is TRL's fused output in TRL's row layout (per-token
+log-probabilities, entropy, mean logits, top-1 hits), so every TRL loss and metric reads it
+unchanged; the numbers are the same up to float rounding (tests/test_train.py compares both).
+
+On the embedded default's pairs (a 37-token prompt, answers of 32 and 38 tokens) a pair's
+rows hold 157 token positions, its tree 107, and the head scores 70 of them.
+``benchmarks/bench_dpo.py`` times both ways.
+
+Used where it applies: a PEFT model called directly (not wrapped for data parallelism), right
+padding (TRL's collator), a model whose logits are the plain LM head's; anything else takes TRL's
+own forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# the tree forward (False: TRL's two-row forward everywhere; the tests and bench_dpo.py compare)
+PAIR_TREE = True
+# scored positions per LM-head chunk; more than one chunk recomputes each chunk's logits in the
+# backward pass instead of keeping them (what TRL's kernel does for every chunk)
+HEAD_CHUNK = 1024
+# config fields that change the logits after the LM head: such models take TRL's forward
+_SCALED = (
+    "final_logit_softcapping",
+    "logit_scale",
+    "output_multiplier",
+    "lm_head_multiplier",
+    "logits_scaling",
+)
+
+
+@dataclass
+class Tree:
+    """Where a batch of 2B rows (B chosen, then B rejected) goes in B tree rows."""
+
+    input_ids: torch.Tensor  # (B, T) tokens of the trees, padded
+    position_ids: torch.Tensor  # (B, T) each token's position in its own row
+    attend: torch.Tensor  # (B, T, T) bool: query may see key
+    tree_row: torch.Tensor  # (N,) for each scored token: the tree row ...
+    tree_col: torch.Tensor  # ... and column of the hidden state that predicts it
+    out_row: torch.Tensor  # (N,) where its score goes in TRL's layout: row ...
+    out_col: torch.Tensor  # ... and column (the token's position - 1)
+    labels: torch.Tensor  # (N,) the scored tokens
+
+
+def tree_of(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, pad_id: int = 0
+) -> Tree | None:
+    """The tree layout of a preference batch, or None where it does not apply (an odd number
+    of rows, or a row whose tokens are not a prefix of it: left padding)."""
+    rows, width = input_ids.shape
+    if rows % 2:
+        return None
+    valid = attention_mask.bool()
+    lengths = valid.sum(1)
+    if not bool((valid.long().cumprod(1).sum(1) == lengths).all()):
+        return None
+    pairs = rows // 2
+    ids, lens, lab = input_ids.cpu(), lengths.tolist(), labels.cpu()
+    trees, positions, maps = [], [], []
+    for i in range(pairs):
+        a, b = ids[i, : lens[i]], ids[pairs + i, : lens[pairs + i]]
+        n = min(len(a), len(b))
+        differ = (a[:n] != b[:n]).nonzero()
+        shared = int(differ[0, 0]) if len(differ) else n
+        trees.append(torch.cat([a, b[shared:]]))
+        positions.append(torch.cat([torch.arange(len(a)), torch.arange(shared, len(b))]))
+        # token k of the chosen row is tree column k; of the rejected row k below the shared
+        # start, else after the chosen answer
+        k = torch.arange(len(b))
+        maps.append((torch.arange(len(a)), torch.where(k < shared, k, len(a) + k - shared), len(a), shared))
+    depth = max(len(t) for t in trees)
+    tree_ids = torch.full((pairs, depth), pad_id, dtype=input_ids.dtype)
+    tree_pos = torch.zeros((pairs, depth), dtype=torch.long)
+    attend = torch.zeros((pairs, depth, depth), dtype=torch.bool)
+    attend[:, :, 0] = True  # padding queries see the first token (no empty softmax); nothing sees them
+    causal = torch.ones((depth, depth), dtype=torch.bool).tril()
+    t_row, t_col, o_row, o_col, o_lab = [], [], [], [], []
+    for i, (tree, pos, (col_a, col_b, len_a, shared)) in enumerate(zip(trees, positions, maps)):
+        tree_ids[i, : len(tree)], tree_pos[i, : len(tree)] = tree, pos
+        attend[i, :len_a, :len_a] = causal[:len_a, :len_a]
+        branch = len(tree) - len_a
+        if branch:
+            attend[i, len_a : len(tree), :shared] = True
+            attend[i, len_a : len(tree), len_a : len(tree)] = causal[:branch, :branch]
+        for row, cols in ((i, col_a), (pairs + i, col_b)):
+            scored = (lab[row, 1 : len(cols)] != -100).nonzero()[:, 0] + 1  # token positions t >= 1
+            t_row.append(torch.full((len(scored),), i, dtype=torch.long))
+            t_col.append(cols[scored - 1])
+            o_row.append(torch.full((len(scored),), row, dtype=torch.long))
+            o_col.append(scored - 1)
+            o_lab.append(ids[row, scored])
+    device = input_ids.device
+    return Tree(
+        input_ids=tree_ids.to(device),
+        position_ids=tree_pos.to(device),
+        attend=attend.to(device),
+        tree_row=torch.cat(t_row).to(device),
+        tree_col=torch.cat(t_col).to(device),
+        out_row=torch.cat(o_row).to(device),
+        out_col=torch.cat(o_col).to(device),
+        labels=torch.cat(o_lab).to(device),
+    )
+
+
+def _head_fields(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, labels: torch.Tensor):
+    """Log-probability of each label under the LM head (fp32, as TRL's kernel accumulates), with
+    entropy, mean logit and top-1 hit (no gradient: metrics). Outside autocast: under a
+    trainer's bf16 autocast the head would round the logits to bf16."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = torch.nn.functional.linear(
+            hidden.float(), weight.float(), None if bias is None else bias.float()
+        )
+    lse = torch.logsumexp(logits, dim=-1)
+    target = logits.gather(-1, labels[:, None])[:, 0]
+    with torch.no_grad():
+        probs = torch.softmax(logits, dim=-1)
+        entropy = lse - (probs * logits).sum(-1)
+        mean = logits.mean(-1)
+        top1 = target >= logits.max(-1).values
+    return target - lse, entropy, mean, top1
+
+
+def _head(hidden, weight, bias, labels):
+    """:func:`_head_fields` in chunks of :data:`HEAD_CHUNK` positions; with more than one
+    chunk each chunk's logits are recomputed in the backward pass instead of kept."""
+    if len(hidden) <= HEAD_CHUNK:
+        return _head_fields(hidden, weight, bias, labels)
+    from torch.utils.checkpoint import checkpoint
+
+    parts = [
+        checkpoint(
+            _head_fields,
+            hidden[s : s + HEAD_CHUNK],
+            weight,
+            bias,
+            labels[s : s + HEAD_CHUNK],
+            use_reentrant=False,
+        )
+        for s in range(0, len(hidden), HEAD_CHUNK)
+    ]
+    return tuple(torch.cat(p) for p in zip(*parts))
+
+
+def applies(model, trainer) -> bool:
+    """Whether the tree forward can stand in for TRL's on this trainer's ``model``."""
+    from peft import PeftModel
+
+    if not PAIR_TREE or not isinstance(model, PeftModel) or getattr(trainer, "use_weighting", False):
+        return False
+    if model.active_peft_config.is_prompt_learning:  # virtual tokens shift TRL's positions
+        return False
+    config = model.get_base_model().config.get_text_config()
+    return all(getattr(config, name, None) in (None, 1, 1.0) for name in _SCALED)
+
+
+def forward(model, input_ids, attention_mask, labels, **kwargs):
+    """TRL's fused output (``model(..., labels=labels, fused_lm_head=True)``) computed on the
+    tree layout: ``log_probs``, ``entropy``, ``mean_logits`` (rows x width - 1, zero where not
+    scored), ``is_top1``, ``label_mask`` and the mean loss. Falls back to the model's own call
+    where the batch has no tree layout."""
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    causal = model.get_base_model()
+    tree = tree_of(input_ids, attention_mask, labels, pad_id=0)
+    if tree is None:
+        return model(
+            input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True, **kwargs
+        )
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("use_cache", "output_router_logits")}
+    if kwargs:
+        raise TypeError(f"pair tree forward: unexpected model arguments {sorted(kwargs)}")
+    hidden = causal.base_model(
+        input_ids=tree.input_ids,
+        attention_mask=tree.attend[:, None],
+        position_ids=tree.position_ids,
+        use_cache=False,
+    ).last_hidden_state
+    head = causal.get_output_embeddings()
+    picked = hidden[tree.tree_row, tree.tree_col].to(head.weight.device)
+    logp, entropy, mean, top1 = _head(picked, head.weight, head.bias, tree.labels.to(head.weight.device))
+    shape = (input_ids.size(0), input_ids.size(1) - 1)
+    where = (tree.out_row, tree.out_col)
+    mask = torch.zeros(shape, dtype=torch.bool, device=logp.device)
+    mask[where] = True
+    # index_put keeps the log-probabilities connected to the model, also when nothing is scored
+    log_probs = logp.new_zeros(shape).index_put(where, logp)
+    fields = [x.new_zeros(shape).index_put(where, x) for x in (entropy, mean)]
+    is_top1 = torch.zeros(shape, dtype=torch.bool, device=logp.device).index_put(where, top1)
+    return FusedCausalLMOutput(
+        loss=-log_probs.sum() / mask.sum().clamp(min=1),
+        log_probs=log_probs,
+        entropy=fields[0],
+        mean_logits=fields[1],
+        is_top1=is_top1,
+        label_mask=mask,
+    )
+
+
+class PairCall:
+    """A stand-in for the trainer's model in TRL's loss code: a fused call
+    (``fused_lm_head=True``) goes through :func:`forward`, anything else to the model."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, *args, fused_lm_head: bool = False, **kwargs):
+        if not fused_lm_head or args:
+            return self.model(*args, fused_lm_head=fused_lm_head, **kwargs)
+        return forward(self.model, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def with_pair_tree(trainer_class):
+    """``trainer_class`` (TRL's DPOTrainer or a subclass) computing its policy and reference
+    log-probabilities with :func:`forward` where it applies."""
+
+    class PairTreeTrainer(trainer_class):
+        def pair_model(self, model):
+            """``model`` as TRL's loss code should call it: the tree forward where it applies
+            (an unwrapped PEFT model: a data-parallel wrapper must see its own forward)."""
+            if applies(model, self) and self.accelerator.unwrap_model(model) is model:
+                return PairCall(model)
+            return model
+
+        def compute_ref_log_probs(self, model, inputs):
+            return super().compute_ref_log_probs(self.pair_model(model), inputs)
+
+        def _compute_loss(self, model, inputs, return_outputs):
+            return super()._compute_loss(self.pair_model(model), inputs, return_outputs)
+
+    PairTreeTrainer.__name__ = PairTreeTrainer.__qualname__ = f"PairTree{trainer_class.__name__}"
+    return PairTreeTrainer
