@@ -304,14 +304,15 @@ def _fused_batch(sft_adapter, tmp_path):
     }
 
 
-@pytest.mark.parametrize("chunk", [1024, 7])
-def test_pair_tree_gives_what_trls_two_rows_give(sft_adapter, tmp_path, monkeypatch, chunk):
+@pytest.mark.parametrize("chunk,own_head", [(1024, True), (7, True), (1024, False)])
+def test_pair_tree_gives_what_trls_two_rows_give(sft_adapter, tmp_path, monkeypatch, chunk, own_head):
     """Each pair as one tree row (shared start once, the rejected answer seeing only the shared
-    start and itself, LM head on scored positions): TRL's fused output and gradients, also with
-    the head in checkpointed chunks."""
+    start and itself, LM head on scored positions): TRL's fused output and gradients, with the
+    head in one piece, in checkpointed chunks, and as TRL's kernel (GPU runs)."""
     from sparta import pair_tree
 
     monkeypatch.setattr(pair_tree, "HEAD_CHUNK", chunk)
+    monkeypatch.setattr(pair_tree, "OWN_HEAD", own_head)
     model, kw = _fused_batch(sft_adapter, tmp_path)
     tree = pair_tree.tree_of(kw["input_ids"], kw["attention_mask"], kw["labels"])
     assert tree.input_ids.numel() < kw["input_ids"].numel()  # fewer positions computed

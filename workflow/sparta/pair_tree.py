@@ -30,6 +30,10 @@ PAIR_TREE = True
 # scored positions per LM-head chunk; more than one chunk recomputes each chunk's logits in the
 # backward pass instead of keeping them (what TRL's kernel does for every chunk)
 HEAD_CHUNK = 1024
+# fp32 heads outside autocast computed here (False: TRL's kernel for every head; tests compare)
+OWN_HEAD = True
+# vocabulary columns per tile of TRL's kernel (what TRL's fused forward passes it)
+TRL_VOCAB_CHUNK = 32768
 # config fields that change the logits after the LM head: such models take TRL's forward
 _SCALED = (
     "final_logit_softcapping",
@@ -133,24 +137,44 @@ def _head_fields(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 def _head(hidden, weight, bias, labels):
-    """:func:`_head_fields` in chunks of :data:`HEAD_CHUNK` positions; with more than one
-    chunk each chunk's logits are recomputed in the backward pass instead of kept."""
-    if len(hidden) <= HEAD_CHUNK:
-        return _head_fields(hidden, weight, bias, labels)
-    from torch.utils.checkpoint import checkpoint
+    """(log-probability, entropy, mean logit, top-1 hit) of each label under the LM head.
 
-    parts = [
-        checkpoint(
-            _head_fields,
-            hidden[s : s + HEAD_CHUNK],
-            weight,
-            bias,
-            labels[s : s + HEAD_CHUNK],
-            use_reentrant=False,
-        )
-        for s in range(0, len(hidden), HEAD_CHUNK)
-    ]
-    return tuple(torch.cat(p) for p in zip(*parts))
+    fp32 weights outside autocast (CPU runs): :func:`_head_fields` on all positions at once,
+    or in chunks of :data:`HEAD_CHUNK` positions whose logits are recomputed in the backward
+    pass. Half-precision weights or autocast (GPU runs): TRL's own chunked kernel (the one its
+    fused forward calls: vocabulary tiles, fp32 accumulation, Triton where there is a GPU), on
+    the scored positions only; so is every head with ``OWN_HEAD`` off."""
+    if OWN_HEAD and weight.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type):
+        if len(hidden) <= HEAD_CHUNK:
+            return _head_fields(hidden, weight, bias, labels)
+        from torch.utils.checkpoint import checkpoint
+
+        parts = [
+            checkpoint(
+                _head_fields,
+                hidden[s : s + HEAD_CHUNK],
+                weight,
+                bias,
+                labels[s : s + HEAD_CHUNK],
+                use_reentrant=False,
+            )
+            for s in range(0, len(hidden), HEAD_CHUNK)
+        ]
+        return tuple(torch.cat(p) for p in zip(*parts))
+    from trl.kernels import ChunkedLogProbFunction
+
+    logp, entropy, _, mean, top1 = ChunkedLogProbFunction.apply(
+        hidden,
+        weight,
+        bias,
+        labels,
+        1.0,
+        TRL_VOCAB_CHUNK,
+        None,
+        1.0,
+        ("log_probs", "entropy", "mean_logits", "is_top1"),
+    )
+    return logp, entropy, mean, top1
 
 
 def applies(model, trainer) -> bool:
