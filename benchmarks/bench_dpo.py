@@ -72,7 +72,6 @@ def positions(prefs: pd.DataFrame, tok) -> dict:
             )
             for a in (c, r)
         ]
-        full = [list(f["input_ids"]) if isinstance(f, dict) else list(f) for f in full]
         shared = next((k for k, (x, y) in enumerate(zip(*full)) if x != y), min(map(len, full)))
         rows += 2 * max(map(len, full))
         tree += len(full[0]) + len(full[1]) - shared
