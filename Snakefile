@@ -1,7 +1,18 @@
 # Sparta Alignment as a Snakemake workflow: see README.md and the paper.
+import os
+import sys
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# The sparta package (workflow/sparta) for this process and, through PYTHONPATH, for every
+# job's script, whatever environment runs it: a conda env from envs/ holds the dependencies,
+# not the package, so no env file names a path and none depends on where Snakemake copies it.
+PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
+sys.path.insert(0, PACKAGE_ROOT)
+_paths = [PACKAGE_ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_paths))
 
 
 configfile: "config.yaml"

@@ -79,7 +79,9 @@ SFT_MEMBERS = [name for name, m in MEMBER_SPECS.items() if m.sft_domain]
 GGUF_BASES = sorted({k for s in RUNS.values() for k, v in s.base_models.items() if v.gguf_file})
 FANOUT = WIDE.fanout  # member: one job per member / judge; pool: one job serves all
 DPO_FANOUT = WIDE.dpo_fanout
-# conda env of combat, judging and evaluation (DPO and SFT always use envs/train.yaml)
+# conda env of every rule that imports the model libraries (with --software-deployment-method
+# conda, as the Slurm profile runs): envs/train.yaml with backend hf; with backend vllm the one
+# GPU env that holds vLLM and the training stack at the versions vLLM needs, envs/vllm.yaml
 MODEL_ENV = "../envs/vllm.yaml" if WIDE.backend == "vllm" else "../envs/train.yaml"
 
 
@@ -607,6 +609,8 @@ def stage_resources(stage):
     )
     if r.gpu:
         res["cpus_per_gpu"] = r.cpus_per_gpu
+        if os.environ.get("SPARTA_SLURM_GPU_MODEL"):  # e.g. a100: a GPU with bf16 (slurm/config.yaml)
+            res["gpu_model"] = os.environ["SPARTA_SLURM_GPU_MODEL"]
     for key, var in (("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")):
         if os.environ.get(var):
             res[key] = os.environ[var]

@@ -51,11 +51,14 @@ rule hub_download:
     params:
         ids=HUB_IDS,
         offline=hub.USER_OFFLINE,
+        # the adapters are checked against what it serves (untracked: a finished run's download
+        # job is not redone for it; the config check reads the cached adapters at every start)
+        backend=Untracked(WIDE.backend),
     log:
         layout.hub_log(),
     localrule: True
     conda:
-        "../envs/train.yaml"  # huggingface_hub (with transformers)
+        MODEL_ENV  # huggingface_hub and PEFT
     script:
         "../workflow/scripts/hub_download.py"
 
@@ -76,7 +79,7 @@ rule hub_dataset:
         dataset=alternatives(HUB_DATASETS),
     localrule: True
     conda:
-        "../envs/train.yaml"  # datasets
+        MODEL_ENV  # datasets
     script:
         "../workflow/scripts/hub_dataset.py"
 

@@ -16,7 +16,7 @@ rule convert_gguf:
     resources:
         **stage_resources("convert"),
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/convert_gguf.py"
 
@@ -40,6 +40,6 @@ rule split_prompts:
         layout.log("{exp}", "split_prompts"),
     localrule: True
     conda:
-        "../envs/train.yaml"  # the bases' tokenizers count the prompts
+        MODEL_ENV  # the bases' tokenizers count the prompts
     script:
         "../workflow/scripts/split_prompts.py"

@@ -54,7 +54,7 @@ rule analyze:
         mem_mb=8000,
         runtime=lambda wc, attempt: 60 * attempt,
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/analyze.py"
 

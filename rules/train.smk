@@ -28,7 +28,7 @@ rule sft_member:
     resources:
         **stage_resources("sft"),
     conda:
-        "../envs/train.yaml"
+        MODEL_ENV
     script:
         "../workflow/scripts/sft_member.py"
 
@@ -67,6 +67,6 @@ for _name, _members, _runs in pool_rules("dpo", DPO_FANOUT):
         resources:
             **stage_resources("dpo"),
         conda:
-            "../envs/train.yaml"
+            MODEL_ENV
         script:
             "../workflow/scripts/dpo.py"

@@ -126,8 +126,6 @@ def test_every_env_is_pinned_and_every_rule_env_exists():
         for dep in conda:
             assert re.fullmatch(r"[\w.-]+=[\w.]+", dep), f"{path.name}: conda package {dep} is not pinned"
         for dep in pip:
-            if dep == "-e ../":
-                continue
             assert re.fullmatch(r"[\w.-]+==[\w.]+", dep), f"{path.name}: pip package {dep} is not pinned"
     named = set()
     for rule_file in RULE_FILES:

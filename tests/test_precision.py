@@ -42,8 +42,13 @@ def test_auto_is_fp32_on_cpu():
 
 
 def test_cuda_like_settings(monkeypatch):
+    """bf16 where the GPU computes it (compute capability 8.0 and up), whatever PyTorch's
+    is_bf16_supported says (it counts emulation on older GPUs)."""
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert pick_dtype("auto", CUDA) == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert pick_dtype("auto", CUDA) == torch.bfloat16 == pick_dtype("bfloat16", CUDA)
     bf16 = trainer_precision(CUDA, torch.bfloat16)
     assert (bf16["bf16"], bf16["fp16"], bf16["use_cpu"], bf16["dataloader_pin_memory"]) == (
         True,
@@ -54,9 +59,14 @@ def test_cuda_like_settings(monkeypatch):
     fp16 = trainer_precision(CUDA, torch.float16)
     assert (fp16["bf16"], fp16["fp16"]) == (False, True)
     assert trainer_precision(CUDA, torch.float32)["bf16"] is False
-    # a GPU without bf16 (V100, T4): auto falls back to fp16, and bf16 asked is an error
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    # a GPU without bf16 (V100, T4): auto falls back to fp16, and bf16 asked stops the job
+    # naming the GPU and the fixes, though PyTorch calls bf16 supported there (emulated)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla V100-SXM2-32GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 0))
     assert pick_dtype("auto", CUDA) == torch.float16
+    with pytest.raises(RuntimeError, match=r"Tesla V100-SXM2-32GB \(capability 7.0") as e:
+        pick_dtype("bfloat16", CUDA)
+    assert "SPARTA_SLURM_GPU_MODEL" in str(e.value)
     with pytest.raises(PrecisionError, match="bf16"):
         trainer_precision(CUDA, torch.bfloat16)
 

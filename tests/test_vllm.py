@@ -4,6 +4,7 @@ Runs only where vLLM is importable and a CUDA GPU is present (vLLM is a GPU-only
 is never installed in CI); elsewhere it skips and says why."""
 
 import json
+import os
 
 import pytest
 
@@ -16,6 +17,7 @@ from sparta.models import MemberLoader
 from sparta.settings import BackendSettings, JudgeSettings, Runtime, Sampling, VLLMSettings
 
 from .helpers import option_logprobs, served_model
+from .test_hub import hf_home, offline  # noqa: F401 (fixtures)
 from .tiny import build_tiny_model
 
 
@@ -28,6 +30,97 @@ def test_max_lora_rank_rounds_up_to_what_vllm_accepts(tmp_path):
         specs.append(MemberSpec(name, "base", str(folder)))
     assert max_lora_rank(specs) == 16
     assert max_lora_rank([MemberSpec("plain", "base")]) == 1
+
+
+def _adapter(folder, **config):
+    folder.mkdir(parents=True)
+    base = {"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+    (folder / "adapter_config.json").write_text(json.dumps({**base, **config}))
+    return folder
+
+
+def test_max_lora_rank_counts_the_rank_pattern(tmp_path):
+    """vLLM sizes its LoRA slots by the largest rank of any module: r, or a rank_pattern
+    override above it."""
+    folder = _adapter(tmp_path / "a", r=8, rank_pattern={"v_proj": 48})
+    assert max_lora_rank([MemberSpec("a", "base", str(folder))]) == 64
+
+
+def test_what_vllm_cannot_serve_is_named_with_its_key():
+    from sparta.modelfiles import vllm_lora_problems
+
+    fine = {"peft_type": "LORA", "r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]}
+    assert vllm_lora_problems(fine) == []
+    assert vllm_lora_problems({**fine, "rank_pattern": {"q_proj": 64}}) == []
+    cases = {
+        "modules_to_save": {"modules_to_save": ["lm_head"]},
+        "rank_pattern": {"rank_pattern": {"q_proj": 1024}},
+        "use_dora": {"use_dora": True},
+        "bias": {"bias": "lora_only"},
+        "target_modules": {"target_modules": ["q_proj", "embed_tokens"]},
+        "init_lora_weights": {"init_lora_weights": "pissa_niter_4"},
+    }
+    for key, change in cases.items():
+        (problem,) = vllm_lora_problems({**fine, **change})
+        assert problem.startswith(f"{key}:"), problem
+    assert vllm_lora_problems({**fine, "r": 1024})[0].startswith("r: rank 1024")
+
+
+def test_the_config_check_stops_an_adapter_vllm_cannot_serve(tmp_path):
+    """Before any job: a member's adapter with modules_to_save, and one whose rank_pattern goes
+    above vLLM's largest rank, each named with its member and key; the same adapters pass with
+    backend hf, and a plain one passes with vllm."""
+    from sparta.config import ConfigError, _check_adapter_folder
+
+    def weights(folder):
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        lora = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+        save_file({lora: np.zeros((8, 4), dtype=np.float32)}, str(folder / "adapter_model.safetensors"))
+        return folder
+
+    saved = weights(_adapter(tmp_path / "saved", modules_to_save=["lm_head"]))
+    wide = weights(_adapter(tmp_path / "wide", rank_pattern={"o_proj": 768}))
+    fine = weights(_adapter(tmp_path / "fine"))
+    (problem,) = _check_adapter_folder(saved, "members[0] (ann).adapter", backend="vllm")
+    assert "members[0] (ann).adapter" in problem and "modules_to_save" in problem and "backend: hf" in problem
+    (problem,) = _check_adapter_folder(wide, "members[1] (bob).adapter", backend="vllm")
+    assert "rank_pattern: rank 768" in problem and "512" in problem
+    assert _check_adapter_folder(fine, "members[2].adapter", backend="vllm") == []
+    assert _check_adapter_folder(saved, "members[0].adapter", backend="hf") == []
+    assert issubclass(ConfigError, Exception)
+
+
+def test_a_gpu_without_bf16_is_named_with_the_fix():
+    from sparta.models import gpu_dtype_problem
+
+    problem = gpu_dtype_problem("bfloat16", (7, 0), "Tesla V100-SXM2-32GB")
+    assert "Tesla V100-SXM2-32GB" in problem and "capability 7.0" in problem
+    assert "gpu_model" in problem and "SPARTA_SLURM_GPU_MODEL" in problem and "float16" in problem
+    assert gpu_dtype_problem("bfloat16", (8, 0), "A100") is None
+    assert gpu_dtype_problem("float16", (7, 5), "T4") is None
+    assert gpu_dtype_problem("auto", (7, 0), "V100") is None  # auto picks float16 there
+
+
+def test_vllm_starts_without_flashinfer_s_sampler_unless_told(monkeypatch):
+    """The backend turns vLLM's FlashInfer sampler off before vLLM is imported (its warm-up
+    compiles CUDA code with nvcc), and leaves a user's own setting alone."""
+    from sparta.backends import vllm as backend
+
+    monkeypatch.delenv("VLLM_USE_FLASHINFER_SAMPLER", raising=False)
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    try:
+        backend._import_vllm(VLLMSettings(batch_invariant=True))
+    except ImportError as e:  # no vLLM here: the message names the one fix
+        assert "--software-deployment-method conda" in str(e) and "envs/vllm.yaml" in str(e)
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "0" and os.environ["VLLM_BATCH_INVARIANT"] == "1"
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "1")
+    try:
+        backend._import_vllm(VLLMSettings())
+    except ImportError:
+        pass
+    assert os.environ["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
 
 
 def test_unknown_backend_is_named():
@@ -75,3 +168,31 @@ def test_vllm_matches_hf_on_scores_and_generates(gpu_member):
     assert all(g.finish_reason in ("stop", "length") and g.n_tokens <= 8 for g in first)
     with pytest.raises(ValueError, match="one base model per job"):
         backend.serve(MemberSpec("other", "/elsewhere"))
+
+
+def test_downloaded_adapters_are_checked_before_any_model_job(offline):  # noqa: F811 (the fixture)
+    """Rule hub_download checks each downloaded adapter against the run's backend before it
+    writes the manifest every model job waits for: a DoRA adapter stops a vllm run naming the
+    id and the key; PEFT reads it (an hf run goes on); a config PEFT cannot read stops both."""
+    import shutil
+
+    from sparta import hub
+
+    from .test_hub import ADAPTER, COMMITS, snapshot
+
+    cache = offline / "hub"
+    source = snapshot(cache, ADAPTER)
+    ids = {}
+    for name, change in (("dora", {"use_dora": True}), ("odd", {"peft_type": "NOT_A_PEFT_TYPE"})):
+        repo = f"sparta-test/tiny-{name}"
+        folder = snapshot(cache, repo, commit=COMMITS[ADAPTER])
+        shutil.copytree(source, folder, dirs_exist_ok=True)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        (folder / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        ids[name] = f"hf://{repo}"
+    rows = hub.download([f"hf://{ADAPTER}", ids["dora"]])
+    (problem,) = hub.adapter_problems(rows, "vllm")
+    assert problem.startswith(ids["dora"]) and "use_dora" in problem
+    assert hub.adapter_problems(rows, "hf") == []
+    (problem,) = hub.adapter_problems(hub.download([ids["odd"]]), "hf")
+    assert ids["odd"] in problem and "PEFT" in problem

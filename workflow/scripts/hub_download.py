@@ -1,5 +1,7 @@
 """rule hub_download: every hf:// hub id of the runs into the Hugging Face cache, and the
-manifest (id, requested revision, resolved commit, kind, files, size)."""
+manifest (id, requested revision, resolved commit, kind, files, size). Every downloaded
+adapter is checked against what the run's backend can serve before the manifest is written,
+so a model job never starts on one it would refuse (the files stay cached for the rerun)."""
 
 import os
 
@@ -21,5 +23,12 @@ for row in rows:
         row["kind"],
         row["files"],
         row["size"],
+    )
+backend = sm.params.backend.value
+problems = hub.adapter_problems(rows, backend)
+if problems:
+    raise hub.HubError(
+        f"{len(problems)} downloaded adapter problem(s) for backend {backend}:\n  - "
+        + "\n  - ".join(problems)
     )
 hub.write_manifest(rows, sm.output.manifest)

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import hub, lengths
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .lengths import Budget
-from .modelfiles import adapter_problems, model_problems
+from .modelfiles import adapter_problems, backend_adapter_problems, model_problems
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
 
@@ -279,7 +279,9 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             problems.append(f"{where}: give adapter or sft_domain, not both")
         if m.adapter:
             base = root / settings.base_folder(m.base)  # a GGUF base not yet converted: no shapes
-            problems.extend(_check_adapter_folder(root / m.adapter, f"{where}.adapter", notes, base))
+            problems.extend(
+                _check_adapter_folder(root / m.adapter, f"{where}.adapter", notes, base, settings.backend)
+            )
         if m.sft_domain:
             path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
             problems.extend(_check_sft_data(path, where, settings.sft.examples))
@@ -293,7 +295,11 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             if judge.adapter:
                 problems.extend(
                     _check_adapter_folder(
-                        root / judge.adapter, "evaluation.judge.adapter", notes, root / judge.base
+                        root / judge.adapter,
+                        "evaluation.judge.adapter",
+                        notes,
+                        root / judge.base,
+                        settings.backend,
                     )
                 )
     problems.extend(_check_backend(settings))
@@ -506,7 +512,7 @@ def _check_method(settings: Settings, root: Path, notes: list[str] | None = None
         problems = _check_model_folder(root / a.base, "baselines.annotator.base", notes)
         if a.adapter:
             problems += _check_adapter_folder(
-                root / a.adapter, "baselines.annotator.adapter", notes, root / a.base
+                root / a.adapter, "baselines.annotator.adapter", notes, root / a.base, settings.backend
             )
         return problems
     return []
@@ -561,10 +567,11 @@ def _check_model_folder(folder: Path, key: str, notes: list[str] | None = None) 
 
 
 def _check_adapter_folder(
-    folder: Path, key: str, notes: list[str] | None = None, base: Path | None = None
+    folder: Path, key: str, notes: list[str] | None = None, base: Path | None = None, backend: str = "hf"
 ) -> list[str]:
     """A PEFT adapter folder: a LoRA adapter_config.json and the adapter's weights (a hub id:
-    its cached snapshot), and when its ``base`` folder is at hand, LoRA shapes that fit it."""
+    its cached snapshot), LoRA features the ``backend`` serves, and when its ``base`` folder is
+    at hand, LoRA shapes that fit it."""
     folder = _hub_folder(folder, key, "adapter", notes)
     if isinstance(folder, list):
         return folder
@@ -585,7 +592,7 @@ def _check_adapter_folder(
         ]
     if not any((folder / w).is_file() for w in ADAPTER_WEIGHTS):
         return [f"{key}: {folder} has no adapter weights (adapter_model.safetensors)"]
-    return adapter_problems(folder, base, key)
+    return backend_adapter_problems(folder, key, backend) + adapter_problems(folder, base, key)
 
 
 def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:

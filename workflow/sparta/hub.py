@@ -297,3 +297,32 @@ def write_dataset(frame, path: str | os.PathLike) -> None:
     from . import tables
 
     tables.write_raw(frame, path)
+
+
+def adapter_problems(rows: list[dict], backend: str) -> list[str]:
+    """What keeps each downloaded adapter of the manifest ``rows`` from being served by
+    ``backend``, before any model job: the LoRA features vLLM refuses
+    (:func:`sparta.modelfiles.backend_adapter_problems`), and, where PEFT is installed, a
+    config PEFT cannot read (both backends load adapters through it or its format)."""
+    from .modelfiles import backend_adapter_problems
+
+    problems = []
+    for row in rows:
+        if row["kind"] != "adapter":
+            continue
+        folder = cached(parse(row["id"]), row["commit"])
+        if folder is None:
+            continue
+        problems += backend_adapter_problems(folder, row["id"], backend)
+        try:
+            import peft
+        except ImportError:
+            continue
+        try:
+            peft.PeftConfig.from_pretrained(str(folder))
+        except Exception as e:  # noqa: BLE001 - any failure of PEFT's reader is the finding
+            problems.append(
+                f"{row['id']}: PEFT {peft.__version__} cannot read its adapter_config.json "
+                f"({type(e).__name__}: {e}); use an adapter saved by PEFT"
+            )
+    return problems

@@ -160,3 +160,96 @@ def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
             )
             break
     return problems
+
+
+# --- what a backend can serve ------------------------------------------------------------------
+
+VLLM_MAX_LORA_RANK = 512
+"""The largest LoRA rank vLLM serves (its ``max_lora_rank`` choices end there)."""
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM accepts for ``max_lora_rank``."""
+
+# LoRA initialisations that change the base weights when PEFT loads the adapter: vLLM serves
+# the unchanged base, so such an adapter would answer differently there
+_BASE_CHANGING_INITS = ("pissa", "olora", "corda", "loftq")
+_EMBEDDINGS = ("embed_tokens", "lm_head", "wte", "embed_out")
+
+
+def lora_rank(config: dict) -> int:
+    """The largest rank of a LoRA ``adapter_config.json``: ``r`` and every ``rank_pattern``
+    override (a per-module rank; PEFT and vLLM both read it)."""
+    ranks = [config.get("r", 8), *(config.get("rank_pattern") or {}).values()]
+    return max(int(r) for r in ranks)
+
+
+def _targets(config: dict) -> list[str]:
+    targets = config.get("target_modules") or []
+    return [targets] if isinstance(targets, str) else list(targets)
+
+
+def vllm_lora_problems(config: dict) -> list[str]:
+    """What in a LoRA ``adapter_config.json`` vLLM's LoRA loader refuses, or would serve other
+    than PEFT does, each as ``key: why`` (read against vLLM 0.33's ``PEFTHelper``: it rejects
+    these at the first request, after the engine has started on the GPU)."""
+    problems = []
+    for key in ("r", "lora_alpha", "target_modules"):
+        if config.get(key) in (None, [], ""):
+            problems.append(f"{key}: missing (vLLM needs it)")
+    try:
+        rank = lora_rank(config)
+    except (TypeError, ValueError):
+        problems.append(
+            f"r / rank_pattern: not integers ({config.get('r')!r}, {config.get('rank_pattern')!r})"
+        )
+        rank = 0
+    if rank > VLLM_MAX_LORA_RANK:
+        where = "rank_pattern" if rank != config.get("r") else "r"
+        problems.append(f"{where}: rank {rank} is above the largest vLLM serves ({VLLM_MAX_LORA_RANK})")
+    if config.get("modules_to_save"):
+        problems.append(
+            f"modules_to_save: {config['modules_to_save']} (fully trained copies of base modules; "
+            "vLLM serves LoRA weights only)"
+        )
+    if config.get("use_dora"):
+        problems.append("use_dora: true (vLLM does not serve DoRA adapters)")
+    if config.get("bias", "none") not in (None, "none"):
+        problems.append(f"bias: {config['bias']!r} (vLLM serves adapters without bias terms only)")
+    if config.get("lora_bias"):
+        problems.append("lora_bias: true (vLLM does not serve LoRA bias)")
+    init = config.get("init_lora_weights")
+    if isinstance(init, str) and init.lower().split("_")[0] in _BASE_CHANGING_INITS:
+        problems.append(
+            f"init_lora_weights: {init!r} (changes the base weights when PEFT loads it; vLLM serves the "
+            "unchanged base: convert it to a plain LoRA adapter with PEFT first)"
+        )
+    embedded = [t for t in _targets(config) if t.split(".")[-1] in _EMBEDDINGS]
+    if embedded:
+        problems.append(f"target_modules: {embedded} (LoRA on embeddings; vLLM serves it for few models)")
+    if config.get("trainable_token_indices"):
+        problems.append("trainable_token_indices: set (trained embedding rows; vLLM does not serve them)")
+    for key in ("alora_invocation_tokens", "layer_replication", "use_bdlora", "use_qalora"):
+        if config.get(key):
+            problems.append(f"{key}: set (a PEFT feature vLLM does not serve)")
+    return problems
+
+
+def backend_adapter_problems(folder: Path, key: str, backend: str) -> list[str]:
+    """What keeps the adapter in ``folder`` from being served by ``backend`` (``vllm``: the
+    features of :func:`vllm_lora_problems`; ``hf``: PEFT serves every LoRA config it reads,
+    checked where PEFT is imported, in the job that downloads hub adapters). Each problem
+    names the config key and the fix."""
+    if backend != "vllm":
+        return []
+    path = Path(folder) / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return []  # the folder check reports it
+    if not isinstance(config, dict):
+        return []
+    return [
+        f"{key}: {path}: {p}; backend: vllm cannot serve this adapter: use backend: hf, or an adapter "
+        "without it"
+        for p in vllm_lora_problems(config)
+    ]

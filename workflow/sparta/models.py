@@ -25,11 +25,43 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+BF16_CAPABILITY = (8, 0)
+"""The first CUDA compute capability with bf16 arithmetic (Ampere: A100, A10, L40S, H100, ...).
+PyTorch reports bf16 as supported on older GPUs too (``is_bf16_supported`` counts emulation);
+vLLM refuses it there."""
+
+
+def gpu_dtype_problem(dtype: str, capability: tuple[int, int], name: str = "this GPU") -> str | None:
+    """Why ``dtype`` cannot run on a GPU of compute ``capability`` (None: it can), naming the
+    fixes: a newer GPU through the Slurm profile's ``gpu_model``, or another dtype."""
+    if dtype != "bfloat16" or tuple(capability) >= BF16_CAPABILITY:
+        return None
+    major, minor = capability
+    return (
+        f"dtype bfloat16 needs a GPU of compute capability 8.0 or newer (A100, A10, L40S, H100, ...), "
+        f"but this job got {name} (capability {major}.{minor}, e.g. a V100 or T4), which only emulates "
+        "it (vLLM refuses it). Ask Slurm for a newer GPU: export SPARTA_SLURM_GPU_MODEL=a100 (a "
+        "gpu_model your cluster knows) before snakemake --profile slurm, or set gpu_model per rule "
+        "in the profile's set-resources; or set dtype: float16 (or auto: float16 on such a GPU)"
+    )
+
+
+def check_gpu_dtype(dtype: str, device: torch.device) -> None:
+    """Stop a job on a GPU that cannot compute ``dtype`` (:func:`gpu_dtype_problem`)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return
+    capability = torch.cuda.get_device_capability(device)
+    problem = gpu_dtype_problem(dtype, capability, torch.cuda.get_device_name(device))
+    if problem:
+        raise RuntimeError(problem)
+
+
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":  # bf16 on a GPU that has it, fp16 on an older one, fp32 on CPU
+    if dtype == "auto":  # bf16 on a GPU that computes it, fp16 on an older one, fp32 on CPU
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if native_bf16(device) else torch.float16
         return torch.float32
+    check_gpu_dtype(dtype, device)
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
@@ -76,7 +108,7 @@ def _cpu_model() -> str:
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` computes in bf16 natively (not emulated)."""
     if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+        return torch.cuda.get_device_capability(device) >= BF16_CAPABILITY
     if device.type == "cpu":
         return cpu_features()["native_bf16"]
     return True

@@ -78,6 +78,12 @@ class VLLMSettings:
         True, help="Reuse the KV cache of shared prompt prefixes (judge prompts share most tokens)."
     )
     enforce_eager: bool = setting(False, help="Disable CUDA graphs (faster start, slower decode).")
+    batch_invariant: bool = setting(
+        False,
+        help="vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1): an answer the same whatever shares "
+        "its batch, so tables agree across fan-outs, at a cost in speed (not yet measured with sparta).",
+        added="vllm batch-invariant switch",
+    )
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..chat import stop_token_ids
 from ..members import MemberSpec
@@ -26,6 +27,13 @@ from ..settings import BackendSettings, Runtime, Sampling
 from . import Backend, Generation, decode_answer
 
 log = logging.getLogger(__name__)
+
+# The name of a model's KV cache, as a forward's argument and output: ``cache`` since
+# transformers 5.21, ``past_key_values`` before (the GPU env, envs/vllm.yaml, has 5.20, which
+# vLLM requires). A wrong name would be swallowed by the forward's **kwargs and silently
+# compute without the cache, so it is read off the library, and `make vllm-check` runs the
+# backend's tests with the older one.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
 class HFBackend(Backend):
@@ -159,7 +167,7 @@ def generate(
             sampler = None if sampling.greedy else SeededSampler([seeds[i] for i in idx], sampling)
             if OWN_DECODING:
                 new = _decode(
-                    model, enc, extra["cache"], who, sampler, sampling.max_new_tokens, stops, tok.pad_token_id
+                    model, enc, extra[CACHE], who, sampler, sampling.max_new_tokens, stops, tok.pad_token_id
                 )
             else:  # transformers' generate (tests and benchmarks compare)
                 if who is not None:
@@ -213,12 +221,12 @@ def _decode(model, enc, cache, names, sampler, max_new: int, stops, pad: int) ->
             input_ids=step_ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=cache,
+            **{CACHE: cache},
             use_cache=True,
             logits_to_keep=1,
             **hooks,
         )
-        cache = result.cache
+        cache = getattr(result, CACHE)
         logits = result.logits[:, -1, :].float()
         tokens = (logits.argmax(-1) if sampler is None else sampler.draw(logits)).tolist()
         for k, (row, token) in enumerate(zip(rows, tokens)):
@@ -333,7 +341,7 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
     shared = min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
     keys = list(dict.fromkeys((w, tuple(r)) for w, r in zip(who, rows)))  # distinct, in order
     if not SHARE_PROMPTS or (shared < GENERATE_SHARED_MIN and len(keys) == n):
-        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {"cache": roomy_cache(room)}
+        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {CACHE: roomy_cache(room)}
     shared = max(shared, 0)
     width = max(len(r) for r in rows)
     ids = torch.full((n, width), pad, dtype=torch.long)
@@ -353,8 +361,8 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
     if shared:  # the shared start, once per adapter
         start = ids[:1, :shared].expand(len(adapters), shared)
         cache = model(
-            input_ids=start, cache=roomy_cache(room), use_cache=True, logits_to_keep=1, **hooks
-        ).cache
+            input_ids=start, **{CACHE: roomy_cache(room)}, use_cache=True, logits_to_keep=1, **hooks
+        )[CACHE]
         cache.batch_select_indices(torch.tensor([adapters.index(who[i]) for i in distinct], device=device))
     if width - 1 > shared:  # the rest of each distinct prompt but its last token
         hooks = {} if names is None else {"adapter_names": [who[i] for i in distinct]}
@@ -363,16 +371,16 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
             input_ids=ids[d, shared : width - 1],
             attention_mask=mask[d, : width - 1],
             position_ids=pos[d, shared : width - 1],
-            cache=cache if cache is not None else roomy_cache(room),
+            **{CACHE: cache if cache is not None else roomy_cache(room)},
             use_cache=True,
             logits_to_keep=1,
             **hooks,
-        ).cache
+        )[CACHE]
     if cache is None:  # one-token prompts: nothing to compute ahead
-        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {"cache": roomy_cache(room)}
+        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {CACHE: roomy_cache(room)}
     index = [distinct.index(first[(w, tuple(r))]) for w, r in zip(who, rows)]
     cache.batch_select_indices(torch.tensor(index, device=device))
-    return {"input_ids": ids, "attention_mask": mask}, {"cache": cache}
+    return {"input_ids": ids, "attention_mask": mask}, {CACHE: cache}
 
 
 def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
@@ -450,7 +458,7 @@ def _common_start(model, prompts, adapter_names, device):
     adapters = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
     ids = torch.tensor([prompts[0][:length]], dtype=torch.long, device=device).expand(len(adapters), -1)
     hooks = {"adapter_names": adapters} if adapter_names is not None else {}
-    cache = model(input_ids=ids, use_cache=True, logits_to_keep=1, **hooks).cache
+    cache = model(input_ids=ids, use_cache=True, logits_to_keep=1, **hooks)[CACHE]
     return length, cache, adapters
 
 
@@ -635,11 +643,11 @@ def _cached_logprobs(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
             position_ids=torch.arange(common, width_prefix, device=device)[None].expand(len(segments), -1),
-            cache=cache,
+            **{CACHE: cache},
             use_cache=True,
             logits_to_keep=1,
             **hooks,
-        ).cache
+        )[CACHE]
     if cache is not None:
         cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
     own = [_own_length(prompts[i], conts[i], shared[r]) for r, i in reqs]
@@ -675,7 +683,7 @@ def _cached_logprobs(
         input_ids=ids.to(device),
         attention_mask=attend[:, None].to(device),
         position_ids=pos.to(device),
-        cache=cache,
+        **{CACHE: cache},
         use_cache=cache is not None,
         logits_to_keep=torch.tensor(keep, device=device),
         **hooks,

@@ -1,32 +1,51 @@
 """vLLM backend: one ``vllm.LLM`` per job holds the base; each member is a ``LoRARequest``.
 
 Prompts arrive as token ids, made with the same chat template and tokenizer as for the
-Hugging Face backend, so both see identical inputs. Each request gets its own seed (derived
-from the call's seed and the prompt's position), so sampling does not depend on how vLLM
-batches requests. vLLM is imported only here (``pip install -e '.[vllm]'`` or
-``envs/vllm.yaml``).
+Hugging Face backend, so both see identical inputs, and answers come back as token ids that
+sparta decodes itself (``detokenize=False``). Each request gets its own seed (derived from the
+call's seed and the prompt's position), so a rerun of the same job samples the same answers;
+vLLM does not promise that an answer is the same whatever else shares its batch unless its
+batch-invariant mode is on (``vllm.batch_invariant``), so a table may differ between fan-outs.
+
+vLLM is imported only here. It runs in the GPU environment ``envs/vllm.yaml``, which Snakemake
+builds and activates for every model rule with ``--software-deployment-method conda`` (the
+Slurm profile's default). Before vLLM is imported, its FlashInfer sampler is turned off
+(``VLLM_USE_FLASHINFER_SAMPLER=0``, unless set): its warm-up compiles CUDA code with ``nvcc``,
+which fails on nodes without a matching CUDA toolkit, and sparta never needs it (every
+request carries a seed, which puts vLLM's sampler on its per-request path anyway).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 
 from ..chat import stop_token_ids
 from ..members import MemberSpec, check_adapter_folder, local_folder
-from ..models import load_tokenizer
+from ..modelfiles import VLLM_LORA_RANKS, lora_rank, vllm_lora_problems
+from ..models import gpu_dtype_problem, load_tokenizer
 from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings
 from . import Backend, Generation, decode_answer
 
 log = logging.getLogger(__name__)
 
-# LoRA ranks vLLM accepts for max_lora_rank
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LORA_RANKS = VLLM_LORA_RANKS  # the values vLLM accepts for max_lora_rank
+
+INSTALL = (
+    "backend: vllm runs in the GPU environment envs/vllm.yaml: run snakemake with "
+    "--software-deployment-method conda (the Slurm profile slurm/config.yaml sets it), which builds "
+    "that env and runs this job in it; or set backend: hf"
+)
+
+
+def adapter_config(folder: str) -> dict:
+    return json.loads((check_adapter_folder(folder) / "adapter_config.json").read_text())
 
 
 def adapter_rank(folder: str) -> int:
-    cfg = json.loads((check_adapter_folder(folder) / "adapter_config.json").read_text())
-    return int(cfg.get("r", 8))
+    """The largest LoRA rank of an adapter: ``r`` and any ``rank_pattern`` override."""
+    return lora_rank(adapter_config(folder))
 
 
 def max_lora_rank(specs) -> int:
@@ -38,71 +57,132 @@ def max_lora_rank(specs) -> int:
     raise ValueError(f"LoRA rank {need} is larger than vLLM supports ({LORA_RANKS[-1]})")
 
 
+def check_adapters(specs) -> None:
+    """Every adapter of ``specs`` is one vLLM serves (the config check and rule hub_download
+    found the same before any job; this names it again should a file have changed since)."""
+    problems = [
+        f"member {s.name}: {s.adapter}: {p}"
+        for s in specs
+        if s.adapter
+        for p in vllm_lora_problems(adapter_config(s.adapter))
+    ]
+    if problems:
+        raise ValueError("backend vllm cannot serve these adapters:\n  - " + "\n  - ".join(problems))
+
+
+def _import_vllm(options: VLLMSettings):
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    if options.batch_invariant:
+        os.environ.setdefault("VLLM_BATCH_INVARIANT", "1")
+    try:
+        import vllm
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise ImportError(f"{INSTALL} ({e})") from e
+    return vllm
+
+
+def _check_gpu(dtype: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "backend: vllm needs a CUDA GPU, and this job sees none: ask for one (resources.<stage>.gpu)"
+        )
+    problem = gpu_dtype_problem(dtype, torch.cuda.get_device_capability(), torch.cuda.get_device_name())
+    if problem:
+        raise RuntimeError(problem)
+
+
+def engine_kwargs(base: str, adapters, options: VLLMSettings, dtype: str, seed: int) -> dict:
+    """The arguments of ``vllm.LLM`` for ``base`` serving the LoRA ``adapters`` (specs)."""
+    kwargs = dict(
+        model=base,
+        tokenizer=base,
+        dtype=dtype,
+        seed=seed,
+        tensor_parallel_size=options.tensor_parallel_size,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        enable_prefix_caching=options.enable_prefix_caching,
+        enforce_eager=options.enforce_eager,
+    )
+    if options.max_model_len:
+        kwargs["max_model_len"] = options.max_model_len
+    if adapters:
+        kwargs.update(
+            enable_lora=True,
+            max_loras=max(1, min(len(adapters), options.max_loras or len(adapters))),
+            max_lora_rank=max_lora_rank(adapters),
+        )
+    return kwargs
+
+
+def sampling_params(sampling: Sampling, seed: int, stops: list[int]):
+    """One generation request's ``vllm.SamplingParams``: its own seed, stopped by the chat
+    template's end-of-turn ids, answered as token ids (sparta decodes them itself)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        n=1,
+        temperature=0.0 if sampling.greedy else sampling.temperature,
+        top_p=1.0 if sampling.greedy else sampling.top_p,
+        top_k=-1 if sampling.greedy or not sampling.top_k else sampling.top_k,
+        max_tokens=sampling.max_new_tokens,
+        stop_token_ids=stops,
+        seed=int(seed),
+        detokenize=False,
+    )
+
+
+def scoring_params():
+    """``vllm.SamplingParams`` that return each prompt token's log-probability (the one
+    generated token is thrown away)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
+
+
+def summed_logprob(output, ids: list[int], start: int) -> float:
+    """The log-probability of ``ids[start:]`` given ``ids[:start]``, from a ``RequestOutput``
+    of :func:`scoring_params` (``prompt_logprobs``: per position a dict token id ->
+    ``Logprob``, the prompt's own token always among them)."""
+    lps = output.prompt_logprobs
+    return sum(lps[k][ids[k]].logprob for k in range(start, len(ids)))
+
+
+def lora_request(name: str, int_id: int, folder: str):
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(name, int_id, folder)
+
+
 class VLLMEngine:
     """One ``vllm.LLM`` holding ``base``; ``specs`` are every member it will serve (they set
     ``max_loras`` and ``max_lora_rank``)."""
 
     def __init__(self, base: str, specs, options: VLLMSettings, dtype: str = "auto", seed: int = 0):
-        try:
-            from vllm import LLM
-        except ImportError as e:  # pragma: no cover - depends on the machine
-            raise ImportError(
-                "backend: vllm needs vLLM on a GPU machine: pip install -e '.[vllm]' or use "
-                "--software-deployment-method conda (envs/vllm.yaml); or set backend: hf"
-            ) from e
+        vllm = _import_vllm(options)
+        _check_gpu(dtype)
         base = local_folder(base)  # a hub id: its snapshot folder in the cache (sparta.hub)
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}
         adapters = [s for s in specs if s.adapter]
-        kwargs = dict(
-            model=base,
-            tokenizer=base,
-            dtype=dtype,
-            seed=seed,
-            tensor_parallel_size=options.tensor_parallel_size,
-            gpu_memory_utilization=options.gpu_memory_utilization,
-            enable_prefix_caching=options.enable_prefix_caching,
-            enforce_eager=options.enforce_eager,
-        )
-        if options.max_model_len:
-            kwargs["max_model_len"] = options.max_model_len
-        if adapters:
-            kwargs.update(
-                enable_lora=True,
-                max_loras=max(1, min(len(adapters), options.max_loras or len(adapters))),
-                max_lora_rank=max_lora_rank(adapters),
-            )
+        check_adapters(adapters)
+        kwargs = engine_kwargs(base, adapters, options, dtype, seed)
         log.info("starting vLLM on %s with %d LoRA adapter(s): %s", base, len(adapters), kwargs)
-        self.llm = LLM(**kwargs)
+        self.llm = vllm.LLM(**kwargs)
 
     def _lora(self, spec: MemberSpec):
         if spec.adapter is None:
             return None
-        from vllm.lora.request import LoRARequest
-
         if spec.adapter not in self._ids:
             self._ids[spec.adapter] = len(self._ids) + 1  # lora_int_id must be > 0 and unique
-        return LoRARequest(spec.name, self._ids[spec.adapter], local_folder(spec.adapter))
+        return lora_request(spec.name, self._ids[spec.adapter], local_folder(spec.adapter))
 
     def generate(self, members, prompts, sampling: Sampling, seeds) -> list[Generation]:
-        from vllm import SamplingParams
-
         if not prompts:
             return []
         stops = stop_token_ids(self.tok)
-        params = [
-            SamplingParams(
-                n=1,
-                temperature=0.0 if sampling.greedy else sampling.temperature,
-                top_p=1.0 if sampling.greedy else sampling.top_p,
-                top_k=-1 if sampling.greedy or not sampling.top_k else sampling.top_k,
-                max_tokens=sampling.max_new_tokens,
-                stop_token_ids=stops,
-                seed=int(seed),
-                skip_special_tokens=True,
-            )
-            for seed in seeds
-        ]
+        params = [sampling_params(sampling, seed, stops) for seed in seeds]
         requests = [{"prompt_token_ids": list(ids)} for ids in prompts]
         loras = [self._lora(m) for m in members]
         outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True)
@@ -113,22 +193,18 @@ class VLLMEngine:
 
     def continuation_logprobs(self, members, prompts, conts) -> list[list[float]]:
         """Prompt log-probabilities of prompt + continuation, summed over the continuation."""
-        from vllm import SamplingParams
-
         flat = [(i, p + c, len(p)) for i, (p, row) in enumerate(zip(prompts, conts)) for c in row]
         if not flat:
             return [[] for _ in prompts]
-        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1)
         outs = self.llm.generate(
             [{"prompt_token_ids": ids} for _, ids, _ in flat],
-            params,
+            scoring_params(),
             lora_request=[self._lora(members[i]) for i, _, _ in flat],
             use_tqdm=True,
         )
         result: list[list[float]] = [[] for _ in prompts]
         for (i, ids, start), out in zip(flat, outs):
-            lps = out.prompt_logprobs
-            result[i].append(sum(lps[k][ids[k]].logprob for k in range(start, len(ids))))
+            result[i].append(summed_logprob(out, ids, start))
         return result
 
 
