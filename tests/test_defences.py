@@ -26,6 +26,7 @@ from sparta.judging import (
     datamark,
     defences,
     fence,
+    judge_answers,
     judge_duels,
     judge_ids,
     present,
@@ -199,18 +200,52 @@ class LabelReader:
 def test_secret_labels_change_per_judgment_and_map_back_to_the_score(tiny):
     _, tok = tiny
     judge = LabelReader(tok, level=7)
-    items = [JudgeItem("What is 3 + 4?", "It is 7."), JudgeItem("What is 3 + 4?", "It is 9.")] * 3
+    questions = ("What is 3 + 4?", "What is 2 + 5?", "What is 1 + 6?")
+    items = [JudgeItem(q, answer) for q in questions for answer in ("It is 7.", "It is 9.")]
     out = judge_duels(judge, items, DEFAULT, "sys", seeds=[11, 12, 21, 22, 31, 32])
     assert [j.score for j in out] == pytest.approx([7.0] * 6, abs=1e-6)
     labels = [json.loads(j.raw)["labels"] for j in out]
     assert labels[0] == labels[1]  # both answers of a duel: the same judgment's labels
-    assert len({tuple(x) for x in labels[0::2]}) == 3  # a fresh draw for every duel
+    assert len({tuple(x) for x in labels[0::2]}) == 3  # a fresh draw for every judged set
     assert all(len(set(x)) == 10 and set(x) <= set(LABELS) for x in labels)
     assert len(set(judge.conts[0::2])) == 3  # so the candidate tokens change too
     assert not {"A", "B"} & set(LABELS)
     again = judge_duels(LabelReader(tok), items[:2], DEFAULT, "sys", seeds=[11, 12])
     assert json.loads(again[0].raw)["labels"] == labels[0]  # seeded: reproducible
     assert verdict_labels(1, 10) != verdict_labels(2, 10)
+
+
+class LetterLover:
+    """A fake judge that scores nothing but the letters: each candidate label's log-probability
+    is fixed by the letter alone (it likes letters early in the alphabet), whatever the answer."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def continuation_logprobs(self, prompts, conts, batch_size):
+        return [[-0.3 * (ord(self.tok.decode(c).strip()[0]) - ord("A")) for c in cs] for cs in conts]
+
+
+def test_one_label_table_per_judged_set_so_a_letter_taste_prefers_no_answer(tiny):
+    """K = 4 answers of one member to one prompt, scored alike by a judge that only likes some
+    letters: one table for the set gives them one score, so best and worst are not picked by
+    the letters (two tables, one per consecutive pair, gave two scores). Another prompt, or
+    another judge, draws its own table."""
+    _, tok = tiny
+    items = [JudgeItem("What is 3 + 4?", f"It is 7 ({k}).") for k in range(4)]
+    seeds = [101, 102, 103, 104]
+    out = judge_answers(LetterLover(tok), items, DEFAULT, "sys", seeds=seeds)
+    assert len({round(j.score, 9) for j in out}) == 1
+    tables = {tuple(json.loads(j.raw)["labels"]) for j in out}
+    assert len(tables) == 1
+    # the set's table does not depend on the order its answers are asked in
+    again = judge_answers(LetterLover(tok), items[::-1], DEFAULT, "sys", seeds=seeds[::-1])
+    assert {tuple(json.loads(j.raw)["labels"]) for j in again} == tables
+    # one set per (judge, prompt): other prompts in the same call draw their own
+    mixed = items[:3] + [JudgeItem("What is 2 + 5?", "7")]
+    out = judge_answers(LetterLover(tok), mixed, DEFAULT, "sys", seeds=seeds)
+    labels = [tuple(json.loads(j.raw)["labels"]) for j in out]
+    assert labels[0] == labels[1] == labels[2] != labels[3]
 
 
 def test_secret_labels_pairwise_map_back_in_both_orders(tiny):

@@ -79,6 +79,28 @@ def test_self_rewarding_takes_the_best_and_worst_and_drops_ties():
     assert len(tied) == 0
 
 
+def test_every_method_drops_a_pair_of_two_identical_texts_and_counts_it():
+    """Samples "x", "y", "x" scored 9, 5, 2 (the same text judged twice, differently): the best
+    and the worst are one text, so no pair, and the round's counts say so; SPIN likewise
+    when the member's answer is the reference word for word."""
+    from types import SimpleNamespace
+
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    resp, judged = answers(d, "ann", ["x", "y", "x"]), scores(d, "ann", [9, 5, 2])
+    assert len(baseline_pairs("self_rewarding", duels, resp, judged)) == 0
+    _, prefs, counts = get("self_rewarding").aggregate(
+        SimpleNamespace(), duels, resp, judged, None, BaselineSettings(), 1, 0
+    )
+    assert (len(prefs), counts["pairs"], counts["identical"]) == (0, 0, 1)
+    spin = duel_rows(reference=["The answer is 4."])
+    same = answers(spin["duel_id"][0], "ann", ["The answer is 4."])
+    assert len(baseline_pairs("spin", spin, same, scores(spin["duel_id"][0], "ann", [1]))) == 0
+
+
 def test_length_control_prefers_the_shorter_of_the_near_best():
     """Scores 9, 8.6, 2, 2.5 with rho 0.1 (range 7: band 0.7): near the best are "long best"
     (9) and "short" (8.6): chosen = the shorter; near the worst "tiny" (2) and "longest one"
@@ -244,19 +266,21 @@ def test_win_rates_and_sppo_pairs():
 def test_sppo_loss_of_the_three_answer_example():
     """The 3-answer example above (P_w = 1.9/3, P_l = 1/3) with eta = 1000 (the official
     runs' beta = 1e-3): targets eta (P - 1/2) = +133.33 and -166.67; with log-ratios 100 and
-    -150: (100 - 133.33)^2 + (-150 + 166.67)^2 = 1111.11 + 277.78 = 1388.89. With P = 1 / 0
-    it is TRL's sppo_hard, (a - 1/(2 beta))^2 + (b + 1/(2 beta))^2."""
+    -150: ((100 - 133.33)^2 + (-150 + 166.67)^2) / 2 = (1111.11 + 277.78) / 2 = 694.44, the
+    official trainer's mean of the two terms (uclaml/SPPO, sppo/trainer.py; the paper's eq. 4.7
+    writes their sum, 1388.89). With P = 1 / 0 it is half of TRL's sppo_hard,
+    (a - 1/(2 beta))^2 + (b + 1/(2 beta))^2."""
     import torch
 
     from sparta.train import sppo_loss
 
     t = torch.tensor
     loss = sppo_loss(t([100.0]), t([-150.0]), t([1.9 / 3]), t([1 / 3]), 1000.0)
-    assert loss.item() == pytest.approx((100 - 400 / 3) ** 2 + (-150 + 500 / 3) ** 2, rel=1e-5)
-    assert loss.item() == pytest.approx(1388.889, rel=1e-5)
+    assert loss.item() == pytest.approx(((100 - 400 / 3) ** 2 + (-150 + 500 / 3) ** 2) / 2, rel=1e-5)
+    assert loss.item() == pytest.approx(694.444, rel=1e-5)
     a, b, beta = t([0.3]), t([-0.2]), 0.1
     hard = (a - 1 / (2 * beta)) ** 2 + (b + 1 / (2 * beta)) ** 2
-    assert sppo_loss(a, b, t([1.0]), t([0.0]), 1 / beta).item() == pytest.approx(hard.item())
+    assert sppo_loss(a, b, t([1.0]), t([0.0]), 1 / beta).item() == pytest.approx(hard.item() / 2)
 
 
 def test_sppo_samples_five_answers_unless_told():

@@ -249,6 +249,17 @@ def test_tie_is_dropped_and_counted():
     assert counts["tie"] == 1 and len(prefs) == 0 and hist.loc[0, "outcome"] == "tie"
 
 
+def test_a_duel_of_two_identical_answers_moves_reputations_but_makes_no_pair():
+    p = ReputationSettings()
+    s = state_with(p)
+    begin_iteration(s, 1, p)
+    duels, resp, judg = _round_tables({("m2", "m0"): 9.0, ("m2", "m1"): 3.0})
+    resp["response"] = ["4", "4"]
+    hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
+    assert (counts["a"], counts["identical"], len(prefs)) == (1, 1, 0)
+    assert hist.loc[0, "outcome"] == "a" and s.reputation[0] > 100 > s.reputation[1]
+
+
 def test_judgments_of_combatants_are_ignored():
     p = ReputationSettings()
     s = state_with(p)

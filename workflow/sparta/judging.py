@@ -654,11 +654,14 @@ def judge_duels(
     Each duel makes two requests: each answer alone (pointwise), or both answers in both
     orders (pairwise). ``rubric``: how a pointwise judge is asked and read.
 
-    With ``judge.secret_labels`` (expected mode) each duel's judgment draws its labels from
-    a seed derived from the two items' ``seeds`` (the run's seed and the judgment's identity;
-    without seeds, from the duel's text): the same labels for both answers (pointwise) and
-    both orders (pairwise), so a judge's liking for one label cancels in the duel's gap as
-    position bias does."""
+    With ``judge.secret_labels`` (expected mode) every answer one judge scores for one prompt
+    in this call (a judged set: a duel's two answers, a baseline member's K samples, SPPO's
+    pairs of one prompt) shares one label table, drawn from a seed derived from the set's
+    ``seeds`` (the run's seed and the judgments' identities; without seeds, from the answers
+    and the prompt): the same labels for every answer (pointwise) and both orders (pairwise),
+    so a judge's liking for one label cancels in every comparison within the set, as position
+    bias does, instead of becoming a preference between answers scored through different
+    tables."""
     if len(items) % 2:
         raise ValueError("items come in pairs: the two answers of each duel")
     pairs = cfg.format == "pairwise"
@@ -667,20 +670,21 @@ def judge_duels(
     if secret and not pairs:
         prefix = LABEL_PREFIX
     built, sanitized, duel_labels = [], [], []
+    tables = _label_tables(judge, items, seeds, 2 if pairs else len(rubric.points)) if secret else None
     for k, (a, b) in enumerate(zip(items[0::2], items[1::2])):
         (ya, sa), (yb, sb) = _prepared(a.response, cfg), _prepared(b.response, cfg)
-        labels = None
-        if secret:
-            # order-free: a duel asked as (x, y) or (y, x) draws the same labels
-            pair = (seeds[2 * k], seeds[2 * k + 1]) if seeds is not None else (a.response, b.response)
-            identity = sorted(map(str, pair)) + ([a.prompt] if seeds is None else [])
-            labels = verdict_labels(
-                derive_seed("verdict-labels", *identity), 2 if pairs else len(rubric.points)
-            )
-        for shown in ([ya, yb], [yb, ya]) if pairs else ([ya], [yb]):
-            built.append(judge_ids(judge.tok, a.prompt, shown, cfg, system, prefix, rubric, labels))
+        # pointwise each answer is its own request, read through its own set's table; a
+        # pairwise duel's two answers are one set (one prompt, one judge)
+        la, lb = (tables[2 * k], tables[2 * k + 1]) if tables is not None else (None, None)
+        if pairs:
+            asked = ((a.prompt, [ya, yb], la), (a.prompt, [yb, ya], la))
+            lb = la
+        else:  # each answer under its own prompt (judge_answers pairs items across prompts)
+            asked = ((a.prompt, [ya], la), (b.prompt, [yb], lb))
+        for prompt, shown, labels in asked:
+            built.append(judge_ids(judge.tok, prompt, shown, cfg, system, prefix, rubric, labels))
         sanitized += [sa, sb]
-        duel_labels += [labels, labels]
+        duel_labels += [la, lb]
     if not built:
         return []
     cut = [c for _, _, c in built]
@@ -713,7 +717,7 @@ def judge_duels(
             scaled = tuple(rubric.scale(s) for s in rubric.points)
             pair = (expectation(logps[k], cut[k], scaled), expectation(logps[k + 1], cut[k + 1], scaled))
             if duel_labels[k] is not None:
-                pair = tuple(_with_labels(j, duel_labels[k]) for j in pair)
+                pair = tuple(_with_labels(j, duel_labels[k + i]) for i, j in enumerate(pair))
         elif cfg.mode == "expected":
             pa, probs_ab, _ = _expectation(logps[k], (1.0, 0.0))  # order (a, b): P("A")
             pb, probs_ba, _ = _expectation(logps[k + 1], (0.0, 1.0))  # order (b, a): P("B")
@@ -737,6 +741,30 @@ def judge_duels(
             _flag(pair[1], sanitized[k + 1], read[k + 1], made[1]),
         ]
     return result
+
+
+def _label_tables(judge, items: list[JudgeItem], seeds, n: int) -> list[tuple[str, ...]]:
+    """The secret-label table of each item: one per judged set (the judge serving the item's
+    request and the item's prompt), drawn from the sorted seeds of the set's items (without
+    seeds: its answers and prompt), so the order the set is asked in never changes it."""
+    members = getattr(judge, "members", None)
+    if isinstance(members, list):
+        judges = [getattr(m, "name", m) for m in members]
+    else:
+        judges = [getattr(members, "name", members)] * len(items)
+    sets: dict[tuple, list[int]] = {}
+    for i, item in enumerate(items):
+        sets.setdefault((str(judges[i]), item.prompt), []).append(i)
+    tables: list[tuple[str, ...]] = [()] * len(items)
+    for (_, prompt), members_of_set in sets.items():
+        if seeds is not None:
+            identity = sorted(str(seeds[i]) for i in members_of_set)
+        else:
+            identity = sorted(items[i].response for i in members_of_set) + [prompt]
+        labels = verdict_labels(derive_seed("verdict-labels", *identity), n)
+        for i in members_of_set:
+            tables[i] = labels
+    return tables
 
 
 def judge_answers(

@@ -564,14 +564,16 @@ def aggregate_round(
 
     Returns (history rows, preference pairs, counts). Each duel uses the judges' live
     reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
-    Both aggregated scores of a duel are means over the same judges.
+    Both aggregated scores of a duel are means over the same judges. A decided duel whose two
+    answers are the same text updates the reputations but makes no pair (DPO would learn
+    nothing from it), counted as ``identical``.
     """
     if len(duels):
         state.round = int(duels["round"].iloc[0])
     slots = _scores_by_side(len(duels), *_usable_judgments(state, duels, judgments))
     texts = dict(zip(zip(responses["duel_id"], responses["member"]), responses["response"]))
     history, prefs = [], []
-    counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0}
+    counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0, "identical": 0}
     cols = [duels[c].tolist() for c in ("duel_id", "member_a", "member_b", "prompt_id", "prompt")]
     judge_weights = params.downweight_target == "judge"
     for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
@@ -585,5 +587,8 @@ def aggregate_round(
             ya, yb = texts.get((did, a)), texts.get((did, b))
             if ya is None or yb is None:
                 raise AggregationError(f"duel {did} has judgments but no response of {a}/{b}")
+            if ya == yb:
+                counts["identical"] += 1
+                continue
             prefs.append(preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
     return frame(history, "history"), frame(prefs, "preferences"), counts

@@ -174,11 +174,13 @@ def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
 
 
 def sppo_loss(logratio_w, logratio_l, p_w, p_l, eta: float):
-    """SPPO's loss (Wu et al. 2024, eq. 4.7; uclaml/SPPO's trainer) per pair, on tensors:
-    (log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2,
-    eta = 1/beta of their trainer (their runs: beta 1e-3). With P_w = 1, P_l = 0 it is
+    """SPPO's loss per pair, on tensors, as the official trainer computes it (uclaml/SPPO,
+    ``sppo/trainer.py``: the mean of the two squared terms; Wu et al. 2024, eq. 4.7, writes
+    their sum, which differs by a constant factor only):
+    ((log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2) / 2,
+    eta = 1/beta of their trainer (their runs: beta 1e-3). With P_w = 1, P_l = 0 it is half of
     TRL's sppo_hard with beta = 1/eta."""
-    return (logratio_w - eta * (p_w - 0.5)) ** 2 + (logratio_l - eta * (p_l - 0.5)) ** 2
+    return ((logratio_w - eta * (p_w - 0.5)) ** 2 + (logratio_l - eta * (p_l - 0.5)) ** 2) / 2
 
 
 def sppo_trainer():

@@ -55,10 +55,17 @@ class Method:
 
     def pairs(self, duels, responses, judgments, baselines) -> pd.DataFrame:
         """The iteration's preference pairs of one round (a baseline: each member's own)."""
-        rows = self.pair_rows(duels, responses, judgments, baselines)
-        return (
+        return self.kept_pairs(duels, responses, judgments, baselines)[0]
+
+    def kept_pairs(self, duels, responses, judgments, baselines) -> tuple[pd.DataFrame, int]:
+        """:meth:`pairs`, and how many were dropped for having the same text chosen and
+        rejected (DPO would learn nothing from them)."""
+        made = self.pair_rows(duels, responses, judgments, baselines)
+        rows = [r for r in made if r["chosen"] != r["rejected"]]
+        prefs = (
             pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty("preferences")
         )
+        return prefs, len(made) - len(rows)
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         raise NotImplementedError
@@ -68,8 +75,13 @@ class Method:
         from ..reputation import frame
 
         state.iteration, state.round = t, r
-        prefs = self.pairs(duels, responses, judgments, baselines)
-        counts = {"prompts": len(duels), "pairs": len(prefs), **prefs.groupby("trainee").size().to_dict()}
+        prefs, identical = self.kept_pairs(duels, responses, judgments, baselines)
+        counts = {
+            "prompts": len(duels),
+            "pairs": len(prefs),
+            "identical": identical,
+            **prefs.groupby("trainee").size().to_dict(),
+        }
         return frame([], "history"), prefs, counts
 
     def trained_iterations(self, t: int, baselines) -> list[int]:
