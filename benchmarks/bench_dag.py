@@ -6,7 +6,7 @@ Times `snakemake -n` (whole process: start, parse, DAG, job listing) in a tempor
 offline (the hub ids' downloads are part of the plan) for paper.yaml with fanout pool (as
 shipped) and fanout member (target: under 10 s each); ``--study`` adds paper-study.yaml (36
 runs), ``--tasks`` paper-study.yaml and paper-tasks.yaml (the hub tasks of Table 1, the
-ablations and pool sizes on two of them: 162 runs; issue 23's target for Table 1: under 60 s),
+ablations and pool sizes on two of them: 162 runs),
 each timed once; ``--as-typed`` times those plans also as a user types them on a cluster
 (``--profile slurm``, every job printed).
 """

@@ -1,5 +1,5 @@
 """Where the paper and the authors' code differ, each switch changes a small hand-made duel
-sequence exactly as described (README, "Sparta constants")."""
+sequence exactly as described (docs/reference/constants.md and docs/methods/sparta.md)."""
 
 import numpy as np
 import pandas as pd

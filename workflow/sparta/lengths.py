@@ -1,4 +1,4 @@
-"""Prompts longer than a model's context (issue 25): a prompt, through the chat template
+"""Prompts longer than a model's context: a prompt, through the chat template
 with the run's system prompt, plus ``generation.max_new_tokens`` must fit the context each
 base model's config.json states. ``prompts.too_long`` says what happens to those that do not:
 ``skip`` (the default) leaves them out of the splits with a count, ``stop`` stops with the

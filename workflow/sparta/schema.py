@@ -1,23 +1,25 @@
-"""The config schema and the README's constants table, generated from the settings dataclasses.
+"""The config schema and the constants page, generated from the settings dataclasses.
 
 Every setting is declared once, as a field of :class:`sparta.settings.Settings` (and of the
 dataclasses it holds) with :func:`sparta.fields.setting`. This module writes what follows from
 those declarations::
 
-    python -m sparta.schema --write   # workflow/schemas/config.schema.yaml and README.md's table
-    python -m sparta.schema           # check: exit 1 when either differs from what it would write
+    python -m sparta.schema --write   # workflow/schemas/config.schema.yaml, docs/reference/constants.md
+                                      # and the other generated pages (sparta.docgen)
+    python -m sparta.schema           # check: exit 1 when one differs from what it would write
 
 A field becomes a schema property: its type (``X | None`` may be null, a ``Literal`` is an enum,
 a dataclass an object without unknown keys, a tuple an array, a dict a map), its bounds, its
-extra keywords (``schema=``), and its help text with the default appended. What no field
-declares is written here, once: the ``study`` section and ``reputation.preset``.
+extra keywords (``schema=``), and its help text with the default appended ("Default: 20."). No
+``default`` keyword: Snakemake's ``validate`` would fill it into the config, a second source of
+defaults that would also override a reputation preset's. What no field declares is written
+here, once: the ``study`` section and ``reputation.preset``.
 
 Pure: no model, no heavy import.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import re
 import sys
@@ -32,11 +34,10 @@ from .settings import NAME, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflow" / "schemas" / "config.schema.yaml"
-README = REPO / "README.md"
+CONSTANTS_PAGE = REPO / "docs" / "reference" / "constants.md"
 DEFAULT_CONFIG = REPO / "config.yaml"
 COMMAND = "python -m sparta.schema --write"
 CHOICES_SHOWN = 3  # the table names the choices of a key with at most this many
-START, END = "<!-- settings-table:start -->", "<!-- settings-table:end -->"
 
 HEADER = f"""\
 # GENERATED from the settings dataclasses (workflow/sparta/settings.py, matchmaking.py,
@@ -48,8 +49,8 @@ DESCRIPTION = (
     "Configuration of one Sparta experiment: the keys, their types and bounds. Every setting is "
     "declared once, a field of the dataclasses of workflow/sparta/settings.py (the authors' code's "
     "values unless a description says otherwise); `sparta config [--configfile FILE]` prints every "
-    "setting of a config with the defaults filled in. README.md has a table of every Sparta "
-    "constant and its source."
+    "setting of a config with the defaults filled in. docs/reference/config.md lists every key, "
+    "docs/reference/constants.md every Sparta constant and its source."
 )
 
 
@@ -267,7 +268,7 @@ def schema_text() -> str:
     return HEADER + yaml.dump(schema(), Dumper=Dumper, sort_keys=False, width=100, allow_unicode=True)
 
 
-# --- the README's constants table --------------------------------------------------------------
+# --- the constants page -----------------------------------------------------------------------
 
 
 def _settings(cls: type, prefix: str = "", instance: Any = None):
@@ -303,7 +304,7 @@ def table_rows(embedded: dict) -> list[tuple[str, ...]]:
         shown = table.get("shown", _cell(default))
         written = _lookup(embedded, key)
         if written is not MISSING and written != default:
-            shown += f" (embedded default: {value_text(written)})"
+            shown += f" (config.yaml: {value_text(written)})"
         presets = []
         for name in ("authors", "paper"):
             preset = (
@@ -329,46 +330,49 @@ def table_text(embedded: dict) -> str:
     return "\n".join(lines)
 
 
-def readme_text(readme: str, embedded: dict) -> str:
-    """``readme`` with the table between its markers replaced."""
-    if START not in readme or END not in readme:
-        raise ValueError(f"README.md has no {START} ... {END} markers")
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
+CONSTANTS_INTRO = """\
+The paper gives the form of Eq. (1) but leaves most of its constants out; the authors' code
+fills them in. Every constant is a config key. Three presets (`reputation.preset`) choose the
+defaults of the reputation keys; a key set in a config overrides its preset:
+
+- `sparta` (default): the authors' code's constants where the paper gives no value, the
+  paper's algorithm where it is explicit (down-weighting of *judges* from iteration 2, both
+  combatants updated from their pre-duel values, the same prompts every iteration).
+- `authors`: the authors' code (`src1/`, its static down-weighting mode) throughout.
+- `paper`: the paper's text for Eq. (1) (kappa 1, no divisor, std with N - 1).
+
+*Source* says where the default comes from; the preset columns give a preset's value where it
+differs from the default (for a setting outside `reputation`, what the authors' code does). A
+value that the shipped `config.yaml` (the embedded CPU default) sets otherwise is shown in
+brackets. [Config keys](config.md) has every key with its bounds and help;
+[Sparta](../methods/sparta.md) the deliberate differences from the paper and the authors' code.
+"""
+
+
+def constants_text(embedded: dict) -> str:
+    """docs/reference/constants.md: the constants table with its introduction."""
     note = "<!-- generated by " + COMMAND + " from the settings dataclasses: do not edit -->"
-    return f"{before}{START}\n{note}\n\n{table_text(embedded)}\n\n{END}{after}"
+    return f"# Sparta constants\n\n{note}\n\n{CONSTANTS_INTRO}\n{table_text(embedded)}\n"
 
 
 # --- the command -------------------------------------------------------------------------------
 
 
 def outputs() -> dict[Path, str]:
-    """Every generated file and its text."""
+    """The files this module generates and their text (:func:`sparta.docgen.outputs`: every
+    generated file)."""
     import yaml
 
     embedded = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    return {SCHEMA_FILE: schema_text(), README: readme_text(README.read_text(), embedded)}
-
-
-def stale() -> list[Path]:
-    """The generated files whose committed text differs from what the command writes."""
-    return [path for path, text in outputs().items() if not path.exists() or path.read_text() != text]
+    return {SCHEMA_FILE: schema_text(), CONSTANTS_PAGE: constants_text(embedded)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparta.schema", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="write the schema and the README table")
-    args = parser.parse_args(argv)
-    if args.write:
-        for path, text in outputs().items():
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                print(f"wrote {path.relative_to(REPO)}")
-        return 0
-    found = stale()
-    for path in found:
-        print(f"{path.relative_to(REPO)} is out of date: run {COMMAND}", file=sys.stderr)
-    return 1 if found else 0
+    """Write (``--write``) or check every generated file: the schema, the constants page and
+    the reference pages of :mod:`sparta.docgen`, one command for all."""
+    from . import docgen
+
+    return docgen.main(argv, prog="python -m sparta.schema")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,7 @@ class SeededSampler(LogitsProcessor):
     at once: on a CPU exactly ``torch.multinomial(probs[row], 1, generator=row's)`` (tested), on
     a GPU the same random numbers as on a CPU, and a few kernels a step instead of about ten
     per row (a row's multinomial checks, divides and reduces alone: at 64-128 rows a step,
-    several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row, README)."""
+    several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row: docs/results.md)."""
 
     def __init__(self, seeds, sampling: Sampling):
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]

@@ -6,8 +6,8 @@ member not in the duel scores both answers pointwise 1-10 with the Sparta judge 
 reputation-weighted score gap updates both reputations (Eq. (1), ``sparta.reputation``) and,
 unless tied, makes a pair that every member trains on with DPO.
 
-Deliberate differences from the official code (see docs of ``sparta.reputation`` and the
-README's "What the authors' code does"): the judge prompt is never truncated from the right
+Deliberate differences from the official code (see ``sparta.reputation`` and the docs' Sparta
+method page): the judge prompt is never truncated from the right
 (only the judged answer is shortened), an unparsable judgment is left out rather than scored 5,
 and the chat template ends chosen/rejected texts.
 """
