@@ -284,7 +284,7 @@ def prompt_budget(wildcards):
     """Param of split_prompts, not compared for reruns: the answer length and system prompt
     a prompt must leave room for. A new generation.max_new_tokens does not split the prompts
     again (it would rerun the whole run); the config check still counts the prompts too long
-    for it before any job (README: Your own pool)."""
+    for it before any job (docs: your own pool)."""
     s = run_of(wildcards)
     return Untracked({"max_new_tokens": s.generation.max_new_tokens, "system_prompt": s.system_prompt})
 
@@ -370,6 +370,7 @@ ANALYSIS_TABLES = (
     "reward_hacking",
     "training",
     "pair_accuracy",
+    "judging",
 )
 
 
@@ -411,7 +412,7 @@ def target_of(exp):
 
 
 def outputs_of(exp):
-    """Every artifact the README promises for a run, so a rerun rebuilds exactly what is
+    """Every artifact the docs promise for a run, so a rerun rebuilds exactly what is
     missing: :func:`target_of`'s files, and the evaluations of every checkpoint, the prompt
     splits, the tables of every round, every member checkpoint (with its weights)."""
     init = init_of(exp)

@@ -22,7 +22,8 @@ rule record_settings:
 
 
 rule analyze:
-    """Diversity, lengths, label accuracy, reputation against performance, standings."""
+    """Diversity, lengths, label accuracy, reputation against performance, standings, and
+    the judging (unusable, failed and shortened judgments; judge pairs that formed)."""
     input:
         duels=run_tables("duels"),
         states=run_tables("state"),
@@ -43,6 +44,7 @@ rule analyze:
         reward_hacking=layout.analysis("{exp}", "reward_hacking"),
         training=layout.analysis("{exp}", "training"),
         pair_accuracy=layout.analysis("{exp}", "pair_accuracy"),
+        judging=layout.analysis("{exp}", "judging"),
     params:
         method=method,
         **settings("analysis"),

@@ -66,9 +66,10 @@ def test_holm_by_hand():
 def test_the_star_marks_the_holm_adjusted_p_only():
     """Seed 1, 20 test items. Best init right on none; Sparta's member right on 4 of them;
     SPIN's member is best init's twin. Family: sparta vs best init, spin vs best init, spin vs
-    sparta (best init vs sparta is sparta vs best init again): 3. Sparta vs best init has
-    p = 2 x P(no right item drawn) = 2 x 0.8^20 = 0.023 < 0.05, and so has spin vs sparta
-    (the mirror differences); Holm multiplies the smallest by 3: 0.069, no star."""
+    sparta (best init vs sparta is sparta vs best init again): 3. Sparta vs best init: 4 of 20
+    items discordant, all one way: the exact sign test gives p = 2 x 0.5^4 = 0.125 (the
+    bootstrap said 2 x 0.8^20 = 0.023, anti-conservative), and so has spin vs sparta (the
+    mirror differences); Holm multiplies the smallest by 3: 0.375, no star."""
     n = 20
     initial = evaluation("a", 0, ones(5, n), ones(0, n))
     runs = pd.DataFrame(
@@ -81,8 +82,8 @@ def test_the_star_marks_the_holm_adjusted_p_only():
     table = compare.comparison(runs, evaluations, None, {1: initial}, 20_000)
     t = by_name(table)
     p = t.loc["sparta", "vs_best_init_p"]
-    assert p == pytest.approx(2 * 0.8**20, abs=0.01) and p < 0.05
-    assert t.loc["spin", "vs_sparta_p"] == p  # mirror differences, same draws
+    assert p == pytest.approx(0.125, abs=1e-12)
+    assert t.loc["spin", "vs_sparta_p"] == p  # mirror differences, the same test
     assert (table["family_size"] == 3).all()
     assert t.loc["sparta", "vs_best_init_p_holm"] == pytest.approx(3 * p)
     assert t.loc["spin", "vs_sparta_p_holm"] == pytest.approx(3 * p)
@@ -91,7 +92,7 @@ def test_the_star_marks_the_holm_adjusted_p_only():
     assert not table["vs_best_init_significant"].any() and not table["vs_sparta_significant"].any()
     text = compare.format_table(table)
     assert "*" not in text.split("brackets")[0]  # no star in the table itself
-    assert "family of 3 comparisons" in text
+    assert "Holm family: 3 comparisons" in text
     # a clear effect stays significant after the adjustment
     evaluations["s/sparta-seed1"] = evaluation("a", 1, ones(9, n), ones(12, n))
     t = by_name(compare.comparison(runs, evaluations, None, {1: initial}, 5_000))
@@ -110,7 +111,49 @@ def test_bootstrap_is_stratified_by_seed():
     # seed 1: differences 0 and 1 (mean 0, 0.5 or 1 with probability 1/4, 1/2, 1/4); seed 2: 0
     d, low, high, p = compare.paired_bootstrap([np.array([0.0, 1.0]), np.zeros(3)], replicates=40_000)
     assert (d, low, high) == (0.25, 0.0, 0.5)
-    assert p == pytest.approx(0.5, abs=0.02)  # P(mean <= 0) = 1/4
+    assert p == 1.0  # the exact test: one discordant item, either sign as extreme
+
+
+def test_the_item_level_p_is_exact_at_small_counts():
+    """The paired sign-flip test stratified by seed, by hand. Three items all +1: 2 of the 8
+    sign patterns are as extreme, p = 0.25 (the bootstrap's was 0: no resample crosses 0).
+    4 of 20 items discordant, all one way: p = 2 x 0.5^4 = 0.125 (the bootstrap's 0.022).
+    Nothing discordant: p = 1. Two seeds of equal size pool into McNemar's exact test (the
+    binomial on the 30 discordant items, 20 one way). Unequal sizes: seed 1 two items +1 of 2
+    (weight 1/4 each), seed 2 one +1 of 4 (weight 1/8): T = 5/8, as extreme only when all
+    three signs agree: p = 2/8. Forty distinct continuous differences all positive: the Monte
+    Carlo path, p at its floor 1/(B + 1), never 0."""
+    assert compare.paired_test([np.ones(3)]) == pytest.approx(0.25)
+    assert compare.paired_bootstrap([np.ones(3)])[1:] == (1.0, 1.0, pytest.approx(0.25))
+    four = np.array([1.0] * 4 + [0.0] * 16)
+    assert compare.paired_test([four]) == pytest.approx(0.125)
+    assert compare.paired_test([-four]) == pytest.approx(0.125)
+    assert compare.paired_test([np.zeros(20)]) == 1.0
+    assert compare.paired_test([np.array([1.0, -1.0, 0.0])]) == 1.0
+    seed1 = np.array([1.0] * 12 + [-1.0] * 3 + [0.0] * 25)
+    seed2 = np.array([1.0] * 8 + [-1.0] * 7 + [0.0] * 25)
+    assert compare.paired_test([seed1, seed2]) == pytest.approx(stats.binomtest(20, 30).pvalue)
+    assert compare.paired_test([np.ones(2), np.array([1.0, 0, 0, 0])]) == pytest.approx(0.25)
+    continuous = np.linspace(0.1, 0.9, 40)
+    assert compare.paired_test([continuous], replicates=999) == pytest.approx(1 / 1000)
+    # many distinct differences around 0: the Monte Carlo p is near the sign-flip's normal limit
+    x = np.random.default_rng(0).normal(0.05, 1.0, 400)
+    z = abs(x.sum()) / np.sqrt((x**2).sum())
+    assert compare.paired_test([x], replicates=20_000) == pytest.approx(2 * stats.norm.sf(z), abs=0.02)
+
+
+def test_the_seed_level_p_is_never_0():
+    """Five seeds with the same difference have no variance for a t statistic: a mean of 0
+    gives p = 1, a nonzero mean the exact sign test over the seeds, 2 x 0.5^5 = 0.0625 (the
+    t test said 0); the interval is the point. Through the table too."""
+    assert compare.seed_interval([0.1] * 5) == pytest.approx((0.1, 0.1, 0.1, 0.0625))
+    assert compare.seed_interval([0.0] * 5)[3] == 1.0
+    assert compare.seed_interval([0.1, 0.1, 0.1, 0.1, 0.0])[3] > 0
+    runs, evaluations, initial = two_seed_study(dict.fromkeys(range(1, 6), 2))
+    t = by_name(compare.comparison(runs, evaluations, None, initial, 500))
+    assert t.loc["sparta", "vs_best_init_seed_p"] == pytest.approx(0.0625)
+    assert t.loc["sparta", "vs_best_init_seed_p_holm"] == pytest.approx(0.0625)  # a family of 1
+    assert np.isnan(t.loc["sparta", "vs_best_init_seed_mde"])  # no variance to plan with
 
 
 def two_seed_study(gains: dict[int, int], n: int = 10):
@@ -171,6 +214,33 @@ def test_minimum_detectable_difference_by_hand():
     assert "minimum detectable difference" in compare.format_table(table)
 
 
+def test_the_mde_at_holms_first_step_and_over_seeds():
+    """Holm's first step tests at 0.05 / m: the MDE's (1.960 + 0.842) becomes
+    (z_{1 - 0.05/(2m)} + 0.842), 1.155 times larger at m = 3. With 5 seeds, the seed-level MDE
+    is the difference at which the t test on the seeds' differences (4 df, their sd) has 80%
+    power (noncentral t), and at 0.05 / the seed family's size a larger one."""
+    d = np.array([1.0] * 20 + [-1.0] * 10 + [0.0] * 70)
+    mde = compare.minimum_detectable_difference([d])
+    assert compare.holm_mde(mde, 3) == pytest.approx(mde * 1.155, abs=0.001)
+    assert compare.holm_mde(mde, 3) == pytest.approx(compare.minimum_detectable_difference([d], 0.05 / 3))
+    assert compare.holm_mde(mde, 1) == pytest.approx(mde)
+    x = np.array([0.4, -0.1, 0.0, 0.2, 0.1])
+    delta, sd = compare.seed_minimum_detectable_difference(x), x.std(ddof=1)
+    crit = stats.t.ppf(0.975, 4)
+    nc = delta * np.sqrt(5) / sd
+    assert stats.nct.sf(crit, 4, nc) + stats.nct.cdf(-crit, 4, nc) == pytest.approx(0.8)
+    assert compare.seed_minimum_detectable_difference(x, 0.05 / 3) > delta
+    gains = {1: 4, 2: -1, 3: 0, 4: 2, 5: 1}
+    runs, evaluations, initial = two_seed_study(gains)
+    table = compare.comparison(runs, evaluations, None, initial, 500)
+    t = by_name(table)
+    assert t.loc["sparta", "vs_best_init_seed_mde"] == pytest.approx(delta)
+    assert t.loc["sparta", "vs_best_init_mde_holm"] == pytest.approx(t.loc["sparta", "vs_best_init_mde"])
+    text = compare.format_table(table)
+    assert "at Holm's first step (alpha 0.05/1" in text and "over new training runs (seed-level" in text
+    tables.to_arrow(table, "comparison")
+
+
 # --- best init per run -----------------------------------------------------------------------
 
 
@@ -207,6 +277,10 @@ def test_best_init_is_each_runs_own_whatever_the_order():
             runs, evaluations, initial = pool_size_study(order, keyed)
             tables_.append(compare.comparison(runs, evaluations, None, initial, 1_000))
     first = by_name(tables_[0])
+    # pool_4's own best init is its reference, not compared with sparta: family = sparta and
+    # pool_4 vs their best inits, pool_4 vs sparta
+    assert np.isnan(first.loc["best init (pool_4)", "vs_sparta"]) and (tables_[0]["family_size"] == 3).all()
+    assert "Holm family: 3 comparisons" in compare.format_table(tables_[0])
     assert first.loc["sparta", "vs_best_init"] == pytest.approx(0.1)  # 0.6 - a's 0.5
     assert first.loc["pool_4", "vs_best_init"] == pytest.approx(0.4)  # 0.6 - d's 0.2
     assert first.loc["best init", "test"] == pytest.approx(0.5)
@@ -353,6 +427,32 @@ def test_a_pool_size_experiment_may_have_a_pool_of_its_own():
     shared = s.inits["s/_init-seed1"]
     assert list(shared.member_names) == ["ann", "bob", "cid", "dan"]
     assert set(shared.base_models) == {"tiny", "big"}
+
+
+def test_a_pool_size_experiments_best_init_is_tested_under_test_selected():
+    """evaluation.test: selected tests only each checkpoint's best member on validation. The
+    seed's shared initial pool holds every member of every pool size; the best of pool_2's
+    members need not be the best of all, so a shared pool that some experiment uses only part
+    of is tested whole (test: all there, at checkpoint 0; the experiments' own checkpoints stay
+    selected), and a pool's best init always has test rows. An evaluation made before (only
+    the best of all tested) stops the comparison with what to do, not a silent NaN."""
+    cfg = study(sparta={}, pool_2={"members": tiny_config(BASE)["members"][:2]})
+    cfg["evaluation"] = {**cfg.get("evaluation", {}), "test": "selected"}
+    s = expand(cfg)
+    assert {s.inits[i].evaluation.test for i in s.inits} == {"all"}
+    assert {e.evaluation.test for e in s.experiments.values()} == {"selected"}
+    alone = study(sparta={}, spin={"method": "spin"})
+    alone["evaluation"] = {**alone.get("evaluation", {}), "test": "selected"}
+    assert {i.evaluation.test for i in expand(alone).inits.values()} == {"selected"}
+    # the comparison (pool_size_study): d is the best of a..d on validation, a the best of
+    # sparta's a, b, c; the whole pool tested gives both best inits test rows; only d tested
+    # (the old evaluation) stops
+    runs, evaluations, initial = pool_size_study(["sparta", "pool_4"], "seed")
+    table = by_name(compare.comparison(runs, evaluations, None, initial, 500))
+    assert table.loc["sparta", ["vs_best_init", "vs_best_init_p"]].notna().all()
+    old = {s_: ev[(ev["split"] != "test") | (ev["member"] == "d")] for s_, ev in initial.items()}
+    with pytest.raises(ValueError, match=r"a@0, best on validation, has no test scores.*rerun"):
+        compare.comparison(runs, evaluations, None, old, 500)
 
 
 def test_cost_counts_requests_and_judge_tokens_per_iteration():

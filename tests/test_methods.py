@@ -15,7 +15,7 @@ from sparta.study import expand
 from .workflow_helpers import REPO, tiny_config
 
 
-def duel_rows(member="ann", prompts=("What is 2 + 2?",), reference=None):
+def duel_rows(member="ann", prompts=("What is 2 + 2?",), reference=None, iteration=1):
     reference = reference or ["2 + 2 = 4."] * len(prompts)
     plan = pd.DataFrame(
         {
@@ -27,7 +27,7 @@ def duel_rows(member="ann", prompts=("What is 2 + 2?",), reference=None):
             "position": range(len(prompts)),
         }
     )
-    return self_duels(plan, [member], iteration=1, round_=0)
+    return self_duels(plan, [member], iteration=iteration, round_=0)
 
 
 def answers(duel, member, texts):
@@ -113,23 +113,37 @@ def test_length_control_prefers_the_shorter_of_the_near_best():
     assert (chosen, rejected) == ("short", "longest one of all")
 
 
-def test_meta_rewarding_length_control_is_on_by_default():
-    """The answers of the length-control test through the methods with no rho set: meta-rewarding
-    applies its default rho 0.1 (chosen "short", rejected "longest one of all"); self-rewarding
-    keeps none (the best "long best answer", the worst "tiny"); rho 0 turns the band off."""
+def test_meta_rewarding_length_control_follows_nemo_s_schedule():
+    """The answers of the length-control test through the methods with no rho set:
+    meta-rewarding's default schedule is NeMo-Aligner's (0, 0, 0.1): in iterations 1 and 2
+    rho 0 (the best "long best answer" against the worst "tiny"), from iteration 3 on, past
+    the schedule's end too, rho 0.1 (chosen "short", rejected "longest one of all");
+    self-rewarding keeps none; a single number is every iteration's rho; a schedule given in
+    the config is read by iteration."""
     from sparta.methods.meta_rewarding import LENGTH_CONTROL
+    from sparta.methods.self_rewarding import rho_at
+    from sparta.settings import BaselineSettings, build
 
-    duels = duel_rows()
-    d = duels["duel_id"][0]
     texts = ["long best answer", "short", "tiny", "longest one of all"]
-    judged = scores(d, "ann", [9.0, 8.6, 2.0, 2.5])
-    meta = baseline_pairs("meta_rewarding", duels, answers(d, "ann", texts), judged, None, 0)
-    assert LENGTH_CONTROL == 0.1
-    assert (meta.iloc[0].chosen, meta.iloc[0].rejected) == ("short", "longest one of all")
-    self_ = baseline_pairs("self_rewarding", duels, answers(d, "ann", texts), judged, None, 0)
-    assert (self_.iloc[0].chosen, self_.iloc[0].rejected) == ("long best answer", "tiny")
-    off = baseline_pairs("meta_rewarding", duels, answers(d, "ann", texts), judged, 0.0, 0)
-    assert (off.iloc[0].chosen, off.iloc[0].rejected) == ("long best answer", "tiny")
+    banded, plain = ("short", "longest one of all"), ("long best answer", "tiny")
+
+    def picked(method, t, rho=None):
+        duels = duel_rows(iteration=t)
+        d = duels["duel_id"][0]
+        prefs = baseline_pairs(
+            method, duels, answers(d, "ann", texts), scores(d, "ann", [9.0, 8.6, 2.0, 2.5]), rho, 0
+        )
+        return prefs.iloc[0].chosen, prefs.iloc[0].rejected
+
+    assert LENGTH_CONTROL == (0.0, 0.0, 0.1)
+    assert [picked("meta_rewarding", t) for t in (1, 2, 3, 7)] == [plain, plain, banded, banded]
+    assert [picked("self_rewarding", t) for t in (1, 3)] == [plain, plain]
+    assert [picked("meta_rewarding", t, 0.1) for t in (1, 3)] == [banded, banded]
+    assert [picked("meta_rewarding", t, (0.1, 0.0)) for t in (1, 2, 5)] == [banded, plain, plain]
+    assert [rho_at((0.0, 0.2), t) for t in (1, 2, 3)] == [0.0, 0.2, 0.2] and rho_at(0.3, 9) == 0.3
+    assert build(BaselineSettings, {"length_control": [0, 0.1]}, "baselines").length_control == (0.0, 0.1)
+    with pytest.raises(Exception, match="length_control"):
+        build(BaselineSettings, {"length_control": [0.5, 2]}, "baselines")
 
 
 def test_meta_rewarding_rejudges_the_answer_whose_judgments_vary_most():
@@ -217,7 +231,7 @@ def test_meta_rewarding_pairs_the_highest_and_lowest_rated_judgments():
         ],
         ignore_index=True,
     )
-    prefs = baseline_pairs("meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg)
+    prefs = baseline_pairs("meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg, judge_pair_share=1.0)
     assert list(prefs["kind"]) == ["actor", "judge"]
     p = prefs.iloc[1]
     assert (p.prompt, p.chosen, p.rejected, p.trainee) == ("judge this: 4", "good, Score: 4", "bad", "ann")
@@ -228,8 +242,122 @@ def test_meta_rewarding_pairs_the_highest_and_lowest_rated_judgments():
         meta([8, 6, None], [1100, 1000, 900]),
     ):
         judg.loc[judg["kind"] == "meta", "raw"] = raw
-        prefs = baseline_pairs("meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg)
+        prefs = baseline_pairs(
+            "meta_rewarding", duels, answers(d, "ann", ["x", "y"]), judg, judge_pair_share=1.0
+        )
         assert list(prefs["kind"]) == ["actor"]
+
+
+def _capped_round(chosen_scores, n_prompts=17):
+    """A member's round: ``n_prompts`` prompts, each an actor pair (its answers scored 3 and 7),
+    and meta rows on the first ones whose chosen judgments give the answer ``chosen_scores``."""
+    duels = duel_rows(prompts=tuple(f"q{i}?" for i in range(n_prompts)))
+    ids = list(duels["duel_id"])
+    resp = pd.concat([answers(d, "ann", [f"a{i}", f"b{i}"]) for i, d in enumerate(ids)], ignore_index=True)
+    judged = [scores(d, "ann", [3, 7]) for d in ids]
+    for i, s in enumerate(chosen_scores):
+        raw = {"user": f"judge q{i}", "judgments": [f"good {i}", "ok", "bad"], "scores": [s, 4.6, 1.0]}
+        judged.append(
+            scores(ids[i], "ann", [s], kind="meta", raw=json.dumps({**raw, "elo": [1100, 1000, 900]}))
+        )
+    return duels, resp, pd.concat(judged, ignore_index=True)
+
+
+def test_meta_rewarding_caps_its_judge_pairs():
+    """17 prompts, each an actor pair, and meta rows on the first six whose chosen judgments
+    give 5, 5, 5, 5, 4, 5 points (10, 10, 10, 10, 8.2, 10). NeMo-Aligner's score cap (0.4, each
+    of the additive scale's 6 scores counted once more) keeps a pair while (n_s + 1) / (n + 6)
+    < 0.4: 1/6, 2/7, 3/8 kept, 4/9 not, the 4 points 1/9 kept, the last 5 points 4/10 not:
+    prompts 0, 1, 2, 4. The share cap (0.15) allows J <= 0.15 (17 + J): J = 3, the first in
+    the prompt order: prompts 0, 1, 2. Without the share cap 0, 1, 2, 4; without either all
+    six. The round's counts say how many formed and how many were kept."""
+    from types import SimpleNamespace
+
+    from sparta.methods import get
+    from sparta.methods.meta_rewarding import capped_judge_pairs, max_judge_pairs
+    from sparta.settings import BaselineSettings
+
+    duels, resp, judged = _capped_round([10, 10, 10, 10, 8.2, 10])
+    method, ids = get("meta_rewarding"), list(duels["duel_id"])
+
+    def kept(**caps):
+        prefs = method.pairs(duels, resp, judged, BaselineSettings(**caps))
+        assert (prefs["kind"] == "actor").sum() == 17
+        return [ids.index(d) for d in prefs.loc[prefs["kind"] == "judge", "duel_id"]]
+
+    assert kept() == [0, 1, 2]
+    assert kept(judge_pair_share=1.0) == [0, 1, 2, 4]
+    assert kept(judge_pair_share=1.0, judge_score_share=1.0) == [0, 1, 2, 3, 4, 5]
+    _, _, counts = method.aggregate(SimpleNamespace(), duels, resp, judged, None, BaselineSettings(), 1, 0)
+    assert (counts["judge_pairs_formed"], counts["judge_pairs"], counts["pairs"]) == (6, 3, 20)
+    # J <= share x (actor + J): 3 of 20 is 15%; 16 actor pairs allow 2; none without actor pairs
+    assert [max_judge_pairs(a, 0.15) for a in (17, 16, 0)] == [3, 2, 0] and max_judge_pairs(5, 1.0) is None
+    bob = {"trainee": "bob", "chosen": "x", "rejected": "y"}
+    assert capped_judge_pairs([], [(bob, 10.0)], 0.15, 0.4, 6) == []
+    # the 1-10 judge (10 scores): five pairs of one score pass (5 / 14 < 0.4), a sixth not (6 / 15)
+    many = [({**bob, "chosen": str(i)}, 7.0) for i in range(6)]
+    assert len(capped_judge_pairs([bob] * 100, many, 0.15, 0.4, 10)) == 5
+
+
+@pytest.mark.parametrize(
+    "judge, baselines, why",
+    [
+        ({"mode": "generate"}, {"judge_samples": 1}, "judge_samples"),
+        ({"mode": "generate", "temperature": 0.0}, {}, "greedy"),
+        ({"mode": "expected", "temperature": 0.0}, {}, "greedy"),
+        ({"mode": "expected", "top_k": 1}, {}, "greedy"),
+        ({"mode": "generate"}, {}, None),
+        ({"mode": "expected"}, {"judge_samples": 1}, None),  # the N judgments are sampled anew
+    ],
+)
+def test_meta_rewarding_warns_where_no_judge_pair_can_form(judge, baselines, why):
+    """Judge pairs need two sampled judgments of one answer that give different scores: greedy
+    judging never gives them, nor one judgment per answer in generate mode (the answer to
+    re-judge is picked by its sampled scores' variance). The other methods never warn."""
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    cfg, b = JudgeSettings(**judge), BaselineSettings(**baselines)
+    warnings = get("meta_rewarding").judging_warnings(cfg, b)
+    assert (warnings == []) if why is None else (len(warnings) == 1 and why in warnings[0])
+    assert all(get(m).judging_warnings(cfg, b) == [] for m in ("sparta", "self_rewarding", "spin", "sppo"))
+
+
+def test_the_config_check_notes_impossible_judge_pairs(tiny_base):
+    from sparta import config as sparta_config
+
+    cfg = tiny_config(
+        tiny_base, method="meta_rewarding", judge={"mode": "generate"}, baselines={"judge_samples": 1}
+    )
+    (note,) = [n for n in sparta_config.load_study(cfg, REPO).notes if "judge pair" in n]
+    assert note.startswith("meta_rewarding: no judge pair can form") and "judge_samples" in note
+    ok = tiny_config(tiny_base, method="meta_rewarding")
+    assert not [n for n in sparta_config.load_study(ok, REPO).notes if "judge pair" in n]
+
+
+def test_the_analysis_counts_judgments_and_the_judge_pairs_that_formed():
+    """Meta-rewarding's judging analysis over the capped round: ann's 34 score rows made 17
+    actor pairs, its 6 meta rows 3 judge pairs (the caps); a round with no meta row (no judge
+    pair could form) still has its meta row, with 0 pairs. Sparta (no trainee): pairs null."""
+    from sparta import analysis
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings
+
+    duels, resp, judged = _capped_round([10, 10, 10, 10, 8.2, 10])
+    judged["error"], judged["truncated"] = None, False
+    method = get("meta_rewarding")
+    prefs = method.pairs(duels, resp, judged, BaselineSettings())
+    table = analysis.judging(judged, duels, prefs, method.judgment_owner, method.judgment_kinds)
+    tables.to_arrow(table, "judging")
+    got = table.set_index("kind")[["judgments", "unusable", "errors", "truncated", "pairs"]]
+    assert got.loc["score"].tolist() == [34, 0, 0, 0, 17] and got.loc["meta"].tolist() == [6, 0, 0, 0, 3]
+    plain = judged[judged["kind"] == "score"]
+    none = analysis.judging(
+        plain, duels, method.pairs(duels, resp, plain, BaselineSettings()), "judge", method.judgment_kinds
+    )
+    assert none.set_index("kind").loc["meta", ["judgments", "pairs"]].tolist() == [0, 0]
+    sparta = analysis.judging(plain, duels, prefs.assign(trainee=None), "judge", ("score",))
+    assert list(sparta["kind"]) == ["score"] and sparta["pairs"].isna().all()
 
 
 def test_spin_prefers_the_reference_to_the_member_s_answer():
@@ -291,6 +419,61 @@ def test_sppo_samples_five_answers_unless_told():
     assert samples_per_prompt("sppo", default) == 5 and samples_per_prompt("self_rewarding", default) == 4
     assert samples_per_prompt("sppo", 2) == 2 and samples_per_prompt("spin", 7) == 1
     assert BaselineSettings().sppo_eta == 1000.0
+
+
+def test_sppo_records_failed_comparisons_and_truncation_per_answer(monkeypatch):
+    """Answers "4", "5", "The answer is 4." compared by a stub annotator: 0 beats 1 (P = 1), the
+    comparison of 0 and 2 gives no usable verdict (P = 1/2, as before), 2 beats 1 (P(1 beats 2)
+    = 0) with an answer shortened. Win rates (1 + 1/2 + 1/2) / 3 = 2/3, 1/6, 2/3, as with every
+    verdict usable; answers 0 and 2 say 1 of their 2 comparisons failed (scores still usable),
+    answers 1 and 2 that a comparison of theirs was truncated; the analysis counts both."""
+    from types import SimpleNamespace
+
+    from sparta import analysis, judging
+    from sparta.judging import Judgment
+    from sparta.methods import get
+    from sparta.settings import BaselineSettings, JudgeSettings
+
+    duels = duel_rows()
+    d = duels["duel_id"][0]
+    texts = ["4", "5", "The answer is 4."]
+    resp = answers(d, "ann", texts)
+    verdict = {(0, 1): (1.0, False), (0, 2): (None, False), (1, 2): (0.0, True)}
+
+    def judge_duels(served, items, cfg, system, seeds):
+        out = []
+        for a, b in zip(items[0::2], items[1::2]):
+            p, cut = verdict[(texts.index(a.response), texts.index(b.response))]
+            if p is None:
+                out += [Judgment(None, "{}", "no usable verdict in either order", cut, False, 10, 1)] * 2
+            else:
+                out += [
+                    Judgment(1 + 9 * p, "{}", None, cut, False, 10, 1),
+                    Judgment(10 - 9 * p, "{}", None, cut, False, 10, 1),
+                ]
+        return out
+
+    monkeypatch.setattr(judging, "judge_duels", judge_duels)
+    backend = SimpleNamespace(serve_each=lambda specs: None)
+    sppo = get("sppo")
+    run = _judge_run(duels, resp, JudgeSettings(), BaselineSettings(), backend)
+    sppo.judge(run)
+    table = run.table(sppo).sort_values("sample")
+    assert [(s - 1) / 9 for s in table["score"]] == pytest.approx([2 / 3, 1 / 6, 2 / 3])
+    failed = "1 of 2 comparisons failed, P = 1/2 used: no usable verdict in either order"
+    assert list(table["error"].fillna("")) == [failed, "", failed]
+    assert list(table["truncated"]) == [False, True, True]
+    assert json.loads(table.iloc[0].raw)["failed"] == {"0>2": "no usable verdict in either order"}
+    prefs = sppo.pairs(duels, resp, table, BaselineSettings())
+    (row,) = analysis.judging(table, duels, prefs, sppo.judgment_owner, sppo.judgment_kinds).itertuples()
+    assert (row.member, row.judgments, row.unusable, row.errors, row.truncated, row.pairs) == (
+        "ann",
+        3,
+        0,
+        2,
+        2,
+        1,
+    )
 
 
 def test_spin_trains_on_the_current_and_the_previous_iteration():
@@ -372,11 +555,13 @@ def test_self_rewarding_averages_its_judge_samples():
 
 def test_paired_bootstrap_by_hand():
     """Two items with differences 0 and 1: a bootstrap mean is 0, 0.5 or 1 with probability
-    1/4, 1/2, 1/4: the 95% interval is [0, 1], P(mean <= 0) = 1/4, so p = 1/2."""
+    1/4, 1/2, 1/4: the 95% interval is [0, 1]. The p is the exact sign-flip test's: one
+    discordant item is as extreme either way, p = 1; five items all better, 2 x 0.5^5 (the
+    bootstrap's p was 0: no resample crosses 0)."""
     d, low, high, p = compare.paired_bootstrap([np.array([0.0, 1.0])], replicates=40_000)
     assert (d, low, high) == (0.5, 0.0, 1.0)
-    assert p == pytest.approx(0.5, abs=0.02)
-    assert compare.paired_bootstrap([np.ones(5)])[1:] == (1.0, 1.0, 0.0)  # always better: p = 0
+    assert p == 1.0
+    assert compare.paired_bootstrap([np.ones(5)])[1:] == (1.0, 1.0, pytest.approx(0.0625))  # always better
     assert compare.paired_bootstrap([np.zeros(5)])[3] == 1.0
 
 
@@ -591,7 +776,7 @@ def test_meta_rewarding_in_generate_mode_reuses_the_actor_judgments(monkeypatch)
     assert len(seen) == 6 and not any("Score" in x for pair_ in seen for x in pair_)
     assert raw["elo"][0] > raw["elo"][1] > raw["elo"][2]
     assert row.requests == 6 and row.prompt_tokens == 300 and row.generated_tokens == 0
-    prefs = method.pairs(duels, resp, table, BaselineSettings())
+    prefs = method.pairs(duels, resp, table, BaselineSettings(judge_pair_share=1.0))  # no actor pair here
     judge_pair = prefs[prefs["kind"] == "judge"].iloc[0]
     assert (judge_pair.chosen, judge_pair.rejected, judge_pair.prompt) == (
         texts[1][0],

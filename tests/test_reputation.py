@@ -241,6 +241,57 @@ def test_aggregate_round_makes_pair_and_updates():
     tables.to_arrow(prefs, "preferences")
 
 
+def test_random_labels_swap_the_judged_pairs_exactly_where_the_seeded_coin_says():
+    """reputation.labels: random (the null arm random_labels) on a round of 40 duels: the
+    history and the reputations are the judged run's, and the pairs are its judged pairs, each
+    with chosen and rejected (texts, members, scores) swapped where label_coin(seed, iteration,
+    duel id) says and left where it does not; a run's seed fills labels_seed."""
+    import dataclasses
+    from pathlib import Path
+
+    from sparta.reputation import SWAPPED_COLUMNS, label_coin
+    from sparta.settings import Settings
+
+    from .workflow_helpers import tiny_config
+
+    rng = np.random.default_rng(3)
+    pairs = [("m0", "m1"), ("m2", "m3"), ("m1", "m2"), ("m3", "m0")]
+    rounds = []
+    for k in range(40):
+        a, b = pairs[k % 4]
+        judges = [m for m in MEMBERS if m not in (a, b)]
+        scores = {(j, t): float(rng.integers(1, 11)) for j in judges for t in (a, b)}
+        duels, resp, judg = _round_tables(scores, a, b, duel_id=f"t02-{k:05d}")
+        resp["response"] = [f"{a} on {k}", f"{b} on {k}"]
+        rounds.append((duels.assign(iteration=2), resp, judg))
+    duels, resp, judg = (pd.concat(t, ignore_index=True) for t in zip(*rounds))
+    judged_params = ReputationSettings()
+    random_params = dataclasses.replace(judged_params, labels="random", labels_seed=7)
+    out = {}
+    for name, params in (("judged", judged_params), ("random", random_params)):
+        s = state_with(params)
+        begin_iteration(s, 2, params)
+        out[name] = (*aggregate_round(s, duels, resp, judg, params), s.reputation)
+    (h_j, p_j, c_j, r_j), (h_r, p_r, c_r, r_r) = out["judged"], out["random"]
+    pd.testing.assert_frame_equal(h_j, h_r)
+    assert r_j == r_r and len(p_j) == len(p_r) > 20
+    coin = [label_coin(7, 2, d) for d in p_j["duel_id"]]
+    assert 0 < sum(coin) < len(coin) and c_r["swapped"] == sum(coin) and "swapped" not in c_j
+    expected = p_j.copy()
+    for x, y in SWAPPED_COLUMNS:
+        expected.loc[coin, [x, y]] = p_j.loc[coin, [y, x]].to_numpy()
+    pd.testing.assert_frame_equal(p_r, expected)
+    assert (p_r.loc[coin, "chosen_score"] < p_r.loc[coin, "rejected_score"]).all()
+    assert (p_r["margin"] == p_j["margin"]).all()
+    assert label_coin(7, 2, "t02-00000") == label_coin(7, 2, "t02-00000")  # seeded, not drawn anew
+    assert [label_coin(8, 2, d) for d in p_j["duel_id"]] != coin  # another seed, other coins
+    unseeded = dataclasses.replace(random_params, labels_seed=None)
+    with pytest.raises(AggregationError, match="labels_seed"):
+        aggregate_round(state_with(judged_params), duels, resp, judg, unseeded)
+    cfg = {**tiny_config(Path("/nonexistent")), "seed": 11, "reputation": {"labels": "random"}}
+    assert Settings.from_config(cfg).reputation.labels_seed == 11
+
+
 def test_tie_is_dropped_and_counted():
     p = ReputationSettings()
     s = state_with(p)

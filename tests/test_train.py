@@ -221,7 +221,8 @@ def _sppo_setup(sft_adapter, tmp_path, loss_type, p_chosen, p_rejected):
 
 
 def test_sppo_loss_by_hand(sft_adapter, tmp_path):
-    """SPPO's squared loss (Wu et al. 2024, eq. 4.7) from log-probabilities computed here."""
+    """SPPO's squared loss (Wu et al. 2024, eq. 4.7, as the official trainer computes it: the
+    mean of its two terms) from log-probabilities computed here."""
     p_w, p_l = torch.tensor([0.8, 0.6]), torch.tensor([0.3, 0.1])
     trainer, model, batch = _sppo_setup(sft_adapter, tmp_path, None, p_w.tolist(), p_l.tolist())
     _nudge(model)  # move the policy away from its reference (a frozen copy)
@@ -234,7 +235,7 @@ def test_sppo_loss_by_hand(sft_adapter, tmp_path):
         chosen, rejected = logps.chunk(2)
         lr_w = chosen - batch["ref_chosen_logps"]
         lr_l = rejected - batch["ref_rejected_logps"]
-        by_hand = ((lr_w - (p_w - 0.5) / 0.1) ** 2 + (lr_l - (p_l - 0.5) / 0.1) ** 2).mean()
+        by_hand = (((lr_w - (p_w - 0.5) / 0.1) ** 2 + (lr_l - (p_l - 0.5) / 0.1) ** 2) / 2).mean()
         loss = trainer.compute_loss(model, batch)
     assert lr_w.abs().max() > 1e-3  # the log-ratios are not trivially zero
     assert torch.allclose(loss, by_hand, atol=1e-4), (loss, by_hand)
@@ -250,7 +251,8 @@ def _nudge(model):
 
 
 def test_sppo_with_hard_probabilities_is_trl_sppo_hard(sft_adapter, tmp_path):
-    """With P_w = 1 and P_l = 0 our loss is TRL's sppo_hard on the same batch."""
+    """With P_w = 1 and P_l = 0 our loss is half of TRL's sppo_hard on the same batch (TRL sums
+    the two squared terms; the official SPPO trainer averages them)."""
     losses, batches = [], []
     for loss_type, folder in ((None, "ours"), ("sppo_hard", "trl")):
         trainer, model, batch = _sppo_setup(sft_adapter, tmp_path / folder, loss_type, [1.0, 1.0], [0.0, 0.0])
@@ -259,7 +261,7 @@ def test_sppo_with_hard_probabilities_is_trl_sppo_hard(sft_adapter, tmp_path):
             losses.append(trainer.compute_loss(model, batch))
         batches.append(batch)
     assert torch.equal(batches[0]["input_ids"], batches[1]["input_ids"])
-    assert losses[0] > 0 and torch.allclose(losses[0], losses[1], atol=1e-5), losses
+    assert losses[0] > 0 and torch.allclose(2 * losses[0], losses[1], atol=1e-5), losses
 
 
 # answers that share an opening ("It is"), answers of different lengths, one answer the other's

@@ -41,6 +41,8 @@ log.info(
     unusable,
     len(scored),
 )
+if counts.get("judge_pairs_formed") == 0:  # meta-rewarding
+    log.warning("no judge pair formed this round: the members train on actor pairs only")
 if counts.get("duels") and counts.get("tie", 0) > counts["duels"] / 2:
     log.warning("more than half of the duels tied: the judges hardly separate the answers")
 for m, r, d, w in zip(state.members, state.reputation, state.deviation, state.weight):

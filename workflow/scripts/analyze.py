@@ -44,6 +44,9 @@ training = tables.read_many(inp.training_logs, "training_log")
 tables.write(training, out.training, "training")
 pair_accuracy = tables.read_many(inp.pair_accuracy, "pair_accuracy")
 tables.write(pair_accuracy, out.pair_accuracy, "pair_accuracy")
+method = get(sm.params.method)
+judging = analysis.judging(judgments, duels, prefs, method.judgment_owner, method.judgment_kinds)
+tables.write(judging, out.judging, "judging")
 standings = analysis.standings(states)
 tables.write(standings, out.standings, "standings")
 evaluation = tables.read(inp.evaluation, "scores") if inp.evaluation else None
@@ -54,3 +57,13 @@ with pd.option_context("display.width", 160):
     log.info("label accuracy:\n%s", label.to_string(index=False))
     log.info("reputation vs validation performance:\n%s", corr.to_string(index=False))
     log.info("answers with score-like text or notes to the judge:\n%s", hacking.to_string(index=False))
+    log.info("judging (rows, unusable, errors, truncated, pairs made):\n%s", judging.to_string(index=False))
+meta = judging[judging["kind"] == "meta"]
+if len(meta) and (meta["pairs"] == 0).any():  # meta-rewarding: where no judge pair formed
+    none = meta[meta["pairs"] == 0]
+    log.warning(
+        "no judge pair in %d of %d (iteration, member): %s",
+        len(none),
+        len(meta),
+        ", ".join(f"{r.member}@{r.iteration}" for r in none.itertuples(index=False)),
+    )

@@ -24,6 +24,8 @@ def seed(*parts):
     return derive_seed(job.runtime.seed, t, r, *parts, "judge")
 
 
+for warning in method.judging_warnings(cfg, job.baselines):  # e.g. no judge pair can form
+    log.warning(warning)
 run = JudgeRun(specs, duels, responses, cfg, job.runtime.system_prompt, job.baselines, backend, seed)
 method.judge(run)
 table = run.table(method)

@@ -4,7 +4,9 @@
   between the two answers of each duel (paper section 5, Table 2);
 - length of chosen against rejected answers;
 - reputation against validation performance (Pearson r, paper Figure 5);
-- label accuracy of the collective and of each judge where ground truth exists.
+- label accuracy of the collective and of each judge where ground truth exists;
+- the judging itself: per member and kind, unusable, failed and shortened judgments and the
+  pairs made of them.
 """
 
 from __future__ import annotations
@@ -201,6 +203,55 @@ def reward_hacking(prefs: pd.DataFrame) -> pd.DataFrame:
         for x in ("flagged", "share", "share_low", "share_high")
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+PAIR_KIND = {"score": "actor", "meta": "judge"}
+"""The preference pairs made of each kind of judgment (a baseline's)."""
+
+
+def judging(
+    judgments: pd.DataFrame,
+    duels: pd.DataFrame,
+    prefs: pd.DataFrame,
+    owner: str = "judge",
+    kinds: tuple[str, ...] = ("score",),
+) -> pd.DataFrame:
+    """Per iteration, member and kind of judgment (``kinds``: those the method writes): the
+    rows its judge job wrote (``owner``: the judgments column naming that member), those with
+    no usable score, with an error (each unusable one, SPPO's answers with failed comparisons
+    scored at P = 1/2, meta-rewarding's meta rows where the meta-judge was not asked) and
+    with a shortened judge prompt; and for a baseline the pairs made of them (actor pairs of
+    score rows, judge pairs of meta rows, after the caps). Every member of every iteration has
+    a row of each kind, so a kind that yields nothing (meta-rewarding's judge pairs where
+    none can form) shows 0 rather than no row."""
+    iteration = duels.set_index("duel_id")["iteration"]
+    members = sorted(set(duels["member_a"]) | set(duels["member_b"]))
+    frame = judgments.assign(iteration=judgments["duel_id"].map(iteration), member=judgments[owner])
+    baseline = "trainee" in prefs and prefs["trainee"].notna().any()
+    made = prefs.groupby(["iteration", "trainee", "kind"]).size() if baseline else None
+    rows = []
+    for t in sorted(int(x) for x in duels["iteration"].unique()):
+        for member in members:
+            for kind in kinds:
+                g = frame[(frame["iteration"] == t) & (frame["member"] == member) & (frame["kind"] == kind)]
+                pairs = pd.NA if made is None else int(made.get((t, member, PAIR_KIND.get(kind, kind)), 0))
+                rows.append(
+                    {
+                        "iteration": t,
+                        "member": member,
+                        "kind": kind,
+                        "judgments": len(g),
+                        "unusable": int(g["score"].isna().sum()),
+                        "errors": int(g["error"].notna().sum()),
+                        "truncated": int(g["truncated"].eq(True).sum()),
+                        "pairs": pairs,
+                    }
+                )
+    if not rows:
+        return tables.empty("judging")
+    out = pd.DataFrame(rows, columns=tables.columns("judging"))
+    out["pairs"] = out["pairs"].astype("Int64")
+    return out
 
 
 def standings(states: pd.DataFrame) -> pd.DataFrame:

@@ -18,18 +18,33 @@ Every difference (to the run's best init and to Sparta) is reported three ways:
 - with 5 seeds or more, a seed-level t interval (n - 1 degrees of freedom) over the seeds'
   differences: what a new training run would give.
 
-The family of comparisons (each experiment against its best init and against Sparta, every
-task) is adjusted with Holm-Bonferroni; ``*_significant`` (and the printed ``*``) is the
-adjusted p below 0.05. ``*_mde`` is the design's minimum detectable difference: paired, at
-the study's test size and seeds, 80% power, two-sided alpha 0.05, from the variance of the
-paired differences (for 0/1 scores: the discordance).
+The item-level p (``*_p``) is an exact paired sign-flip test stratified by seed
+(:func:`paired_test`; for 0/1 scores with the same test size in every seed, the exact sign test
+on the discordant items, McNemar's exact test), not the bootstrap: it is never 0 and holds its
+level however few items disagree. The seed-level p (``*_seed_p``) is the t test behind the
+seed-level interval (:func:`seed_interval`; never 0 either).
+
+The family of comparisons (each experiment against its own best init and against Sparta,
+every task; a comparison and its mirror once; a pool-size experiment's own best init is a
+reference row, not compared with Sparta) is adjusted with Holm-Bonferroni;
+``*_significant`` (and the printed ``*``) is the adjusted p below 0.05.
+
+Power, one question per column (80% power, two-sided, from the observed variances):
+
+- ``*_mde``: the difference the item-level test of one comparison alone finds (alpha 0.05) in
+  these training runs, at the study's test items and seeds;
+- ``*_mde_holm``: the same at Holm's first-step threshold, 0.05 / the family size: the
+  difference the adjusted test surely needs (a later Holm step tests at a looser threshold);
+- ``*_seed_mde`` (5 seeds or more): the mean difference over new training runs that the
+  seed-level t test finds, from the variance between the seeds' differences (noncentral t,
+  n - 1 degrees of freedom); ``*_seed_mde_holm`` at 0.05 / the seed-level family's size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 from .tables import SCHEMAS
 
@@ -109,7 +124,9 @@ def paired_bootstrap(
     """(mean difference, 95% interval low, high, two-sided p) of paired per-item differences
     (one array per seed), stratified by seed: items are resampled within each seed and the
     seeds kept, so the interval is conditional on these training runs. The difference is the
-    mean over seeds of each seed's mean difference."""
+    mean over seeds of each seed's mean difference. The p is :func:`paired_test`'s, not the
+    bootstrap's: a bootstrap p has no floor (no replicate across 0 gives p = 0, three items
+    all +1 among them) and is anti-conservative when few items disagree."""
     rng = np.random.default_rng(seed)
     diffs_by_seed = [np.asarray(d, dtype=float) for d in diffs_by_seed if len(d)]
     if not diffs_by_seed:
@@ -120,21 +137,84 @@ def paired_bootstrap(
         means += _resampled_means(d, replicates, rng)
     means /= len(diffs_by_seed)
     low, high = np.percentile(means, [2.5, 97.5])
-    p = min(1.0, 2 * min(np.mean(means <= 0), np.mean(means >= 0)))
-    return observed, float(low), float(high), float(p)
+    return observed, float(low), float(high), paired_test(diffs_by_seed, replicates, seed)
+
+
+EXACT_POINTS = 1_000_000
+"""The largest exact sign-flip distribution :func:`paired_test` computes (points before equal
+sums merge: the product over groups of equal weighted differences of the group's size + 1);
+above it the p is a Monte Carlo one."""
+
+
+def paired_test(diffs_by_seed: list[np.ndarray], replicates: int = 10_000, seed: int = 0) -> float:
+    """Two-sided p of "no difference in these training runs": a paired sign-flip test
+    stratified by seed. Under the null each item's two scores are exchangeable, so each
+    nonzero difference is +|d| or -|d| with probability 1/2, independently, and the seeds are
+    kept; the statistic is the reported one, the mean over seeds of each seed's mean
+    difference, and p = P(|T*| >= |T|) under the flips.
+
+    Why this and not the bootstrap: it is exact at any count (three items all +1: p = 0.25;
+    4 of 20 items discordant, all one way: 0.125), never 0, and holds its level when few items
+    disagree, where the bootstrap's p is anti-conservative (0.022 for those 4 of 20). Its
+    distribution is computed exactly: for 0/1 scores with the same number of test items in
+    every seed, every discordant item weighs the same and it is the exact sign test on the
+    discordant items pooled over seeds (McNemar's exact test), at any count; other scores
+    (MC2 mass, 0-10 judge scores) or unequal sizes convolve one binomial per group of equal
+    weighted differences while that stays below :data:`EXACT_POINTS` points. Beyond that (many
+    distinct continuous differences) it draws ``replicates`` sign flips and returns
+    (1 + the flips at least as extreme) / (replicates + 1), a valid p at any number of draws,
+    never below 1 / (replicates + 1). No nonzero difference (or a mean of 0): p = 1."""
+    diffs = [np.asarray(d, dtype=float) for d in diffs_by_seed if len(d)]
+    if not diffs:
+        return float("nan")
+    k = len(diffs)
+    weighted = np.concatenate([d[d != 0] / (k * len(d)) for d in diffs])
+    if len(weighted) == 0:
+        return 1.0
+    magnitudes = np.abs(weighted)
+    scale = float(magnitudes.max())
+    observed = abs(float(weighted.sum()))
+    tol = 1e-9 * scale
+    if observed <= tol:
+        return 1.0
+    values, counts = np.unique(np.round(magnitudes / scale, 12), return_counts=True)
+    if float(np.prod(counts + 1.0)) <= EXACT_POINTS:
+        support, prob = np.zeros(1), np.ones(1)
+        for m, n in zip(values, counts):
+            b = np.arange(n + 1)
+            support = (support[:, None] + m * (2 * b - n)[None, :]).ravel()
+            prob = (prob[:, None] * stats.binom.pmf(b, n, 0.5)[None, :]).ravel()
+            support, inverse = np.unique(np.round(support, 9), return_inverse=True)
+            prob = np.bincount(inverse, prob)
+        return float(min(1.0, prob[np.abs(support) * scale >= observed - tol].sum()))
+    rng = np.random.default_rng(seed)
+    extreme, step = 0, max(1, 2_000_000 // len(magnitudes))
+    for start in range(0, replicates, step):
+        signs = rng.integers(0, 2, (min(step, replicates - start), len(magnitudes))) * 2 - 1
+        extreme += int((np.abs(signs @ magnitudes) >= observed - tol).sum())
+    return (1 + extreme) / (replicates + 1)
 
 
 def seed_interval(
     per_seed: list[float] | np.ndarray, alpha: float = ALPHA
 ) -> tuple[float, float, float, float]:
     """(mean, low, high, two-sided p) of a t interval over per-seed differences, with n - 1
-    degrees of freedom: the question "what would another training run give"."""
+    degrees of freedom: the question "what would another training run give".
+
+    The p is never 0. Every seed's difference the same has no variance to build a t statistic
+    from: mean 0 gives p = 1; a nonzero mean gives the exact sign test over the seeds
+    (2 x 0.5^n when all n agree in sign: 0.0625 for 5 seeds), the smallest p that n training
+    runs can give without a variance, not the t test's 0 (an infinite t from a variance that
+    is 0 only because 0/1 scores of few items repeat); the interval is then the point."""
     x = np.asarray(per_seed, dtype=float)
     if len(x) < 2:
         return (float("nan"),) * 4
     mean, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
     if se == 0:
-        return mean, mean, mean, 0.0 if mean != 0 else 1.0
+        if mean == 0:
+            return mean, mean, mean, 1.0
+        nonzero = int((x != 0).sum())
+        return mean, mean, mean, float(stats.binomtest(int((x > 0).sum()), nonzero, 0.5).pvalue)
     q = float(stats.t.ppf(1 - alpha / 2, len(x) - 1))
     p = float(2 * stats.t.sf(abs(mean) / se, len(x) - 1))
     return mean, mean - q * se, mean + q * se, p
@@ -147,13 +227,50 @@ def minimum_detectable_difference(
     ``power``, for this design (these seeds, these items per seed): (z_{1-alpha/2} +
     z_power) x the standard error of the stratified mean difference, sum_s var_s / n_s / k^2,
     from the observed variance of each seed's paired differences (for 0/1 scores that is the
-    share of discordant items minus the squared mean difference)."""
+    share of discordant items minus the squared mean difference). It answers "how large a
+    difference in these training runs can these test items show"; pass ``alpha`` / the
+    family size for Holm's first step (:func:`holm_mde`)."""
     diffs = [np.asarray(d, dtype=float) for d in diffs_by_seed if len(d) > 1]
     if not diffs:
         return float("nan")
     var = sum(float(np.var(d, ddof=1)) / len(d) for d in diffs) / len(diffs) ** 2
     z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
     return z * float(np.sqrt(var))
+
+
+def holm_mde(mde: float, family: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    """An item-level MDE (at ``alpha``) rescaled to Holm's first-step threshold, ``alpha`` /
+    ``family``: the standard error it was made of times z_{1-alpha/(2m)} + z_power."""
+    if family < 1 or mde is None or np.isnan(mde):
+        return float("nan")
+    z = stats.norm.ppf(power)
+    return float(mde * (stats.norm.ppf(1 - alpha / (2 * family)) + z) / (stats.norm.ppf(1 - alpha / 2) + z))
+
+
+def seed_minimum_detectable_difference(
+    per_seed: list[float] | np.ndarray, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    """The smallest mean difference over training runs that the seed-level two-sided t test
+    (n - 1 degrees of freedom, at ``alpha``) detects with ``power`` with these n seeds, from
+    the variance between the seeds' differences (the noncentral t's power, solved for the
+    difference): the question "would a new training run show it". NaN below 2 seeds or when
+    the seeds' differences do not vary (no variance to plan with)."""
+    x = np.asarray(per_seed, dtype=float)
+    n = len(x)
+    sd = float(x.std(ddof=1)) if n > 1 else 0.0
+    if n < 2 or sd == 0:
+        return float("nan")
+    df = n - 1
+    crit = float(stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(delta: float) -> float:
+        nc = delta * np.sqrt(n) / sd
+        return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)) - power
+
+    high = sd
+    while shortfall(high) < 0:
+        high *= 2
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-10 * sd))
 
 
 def holm(pvalues) -> np.ndarray:
@@ -265,7 +382,7 @@ def comparison(
             s, init = int(r.seed), inits[r.run]
             first = best_checkpoint(init, task)
             if first is not None:
-                items = selected_items(init, *first, task)
+                items = _tested(init, first, task, r.run)
                 own_init.setdefault((task, r.experiment), {})[s] = items
                 label = pool_label[pool_of[r.experiment]]
                 if s not in scores.get((task, label), {}):
@@ -277,11 +394,15 @@ def comparison(
             pool = candidates(evaluations[r.run], init, task, mode)
             pick = best_checkpoint(pool, task)
             if pick is not None:
-                scores.setdefault((task, r.experiment), {})[s] = selected_items(pool, *pick, task)
+                scores.setdefault((task, r.experiment), {})[s] = _tested(pool, pick, task, r.run)
                 chosen.setdefault((task, r.experiment), {})[s] = f"{pick[0]}@{pick[1]}"
 
     reference = "sparta" if "sparta" in experiments else None
+    # a pool-size experiment's own best init is its reference, compared with Sparta only as
+    # Sparta's own best init is (the mirror of sparta vs best init): one comparison per pool fewer
+    reference_init = pool_label[pool_of[reference]] if reference else None
     out, keys = [], []  # keys: per row and comparison, the unordered pair compared (its family key)
+    seed_diffs = []  # per row and comparison, each seed's difference (the seed-level MDE)
     for task in tasks:
         for label in [*init_rows, *experiments]:
             seeds_items = scores.get((task, label), {})
@@ -300,13 +421,14 @@ def comparison(
                 "selected": _joined(chosen[(task, label)]),
                 "test_per_seed": _joined({s: f"{m:.4f}" for s, m in means.items()}),
             }
-            row_keys = {}
+            row_keys, row_seeds = {}, {}
             for name in COMPARISONS:
                 if name == "vs_best_init":
                     other = {} if is_init else own_init.get((task, label), {})
                     ref = None if is_init else pool_label[pool_of[label]]
                 else:
-                    other = scores.get((task, reference), {}) if reference not in (None, label) else {}
+                    compared = reference not in (None, label) and (not is_init or label == reference_init)
+                    other = scores.get((task, reference), {}) if compared else {}
                     ref = reference
                 diffs = _diffs(seeds_items, other)
                 d, low, high, p = (
@@ -331,15 +453,31 @@ def comparison(
                     }
                 )
                 row_keys[name] = (task, frozenset((label, ref))) if diffs else None
+                row_seeds[name] = seed_means if len(seed_means) >= MIN_SEEDS_FOR_SEED_INTERVAL else []
             out.append(row)
             keys.append(row_keys)
+            seed_diffs.append(row_seeds)
     table = pd.DataFrame(out)
-    return _adjust(table, keys)
+    return _adjust(table, keys, seed_diffs)
 
 
-def _adjust(table: pd.DataFrame, keys: list[dict]) -> pd.DataFrame:
+def _tested(evaluation: pd.DataFrame, pick: tuple[str, int], task: str, run: str) -> pd.Series:
+    """The test items of a run's pick (its selection or its best init); a pick without test
+    scores stops with what to do, rather than leaving its comparisons silently empty."""
+    items = selected_items(evaluation, *pick, task)
+    if len(items) == 0:
+        raise ValueError(
+            f"task {task}, run {run}: {pick[0]}@{pick[1]}, best on validation, has no test scores; "
+            "an evaluation made with evaluation.test: selected before a pool-size experiment's own "
+            "best init was tested lacks them: rerun the study (that evaluation reruns)"
+        )
+    return items
+
+
+def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict] | None = None) -> pd.DataFrame:
     """Holm-Bonferroni over the family of distinct comparisons in the table (a comparison
-    and its mirror, e.g. Sparta vs best init and best init vs Sparta, count once)."""
+    and its mirror, e.g. Sparta vs best init and best init vs Sparta, count once); then each
+    MDE at Holm's first-step threshold of its family, and the seed-level MDEs."""
     columns = SCHEMAS["comparison"].names
     if len(table) == 0:
         return pd.DataFrame(columns=columns)
@@ -358,8 +496,18 @@ def _adjust(table: pd.DataFrame, keys: list[dict]) -> pd.DataFrame:
             ]
         if suffix == "_p":
             table["family_size"] = len(family)
+        else:
+            seed_family = len(family)
+    seed_diffs = seed_diffs or [{} for _ in keys]
     for name in COMPARISONS:
         table[f"{name}_significant"] = (table[f"{name}_p_holm"] < ALPHA).astype(bool)
+        family = int(table["family_size"].iloc[0])
+        table[f"{name}_mde_holm"] = [holm_mde(x, family) for x in table[f"{name}_mde"]]
+        seeds = [row.get(name) or [] for row in seed_diffs]
+        table[f"{name}_seed_mde"] = [seed_minimum_detectable_difference(x) if x else np.nan for x in seeds]
+        table[f"{name}_seed_mde_holm"] = [
+            seed_minimum_detectable_difference(x, ALPHA / max(seed_family, 1)) if x else np.nan for x in seeds
+        ]
     return table[columns]
 
 
@@ -426,9 +574,10 @@ def _cell(r, name: str, kind: str = "") -> str:
 
 def format_table(table: pd.DataFrame) -> str:
     """The comparison as text: test score (mean, sd over seeds), the differences with their
-    item-bootstrap intervals (stratified by seed), ``*`` where the Holm-adjusted p is below
-    0.05; then each seed's own difference, the seed-level intervals (5 seeds or more), the
-    family and the design's minimum detectable difference."""
+    item-bootstrap intervals (stratified by seed), ``*`` where the Holm-adjusted p (of the exact
+    paired test) is below 0.05, the Holm family's size; then each seed's own difference, the
+    seed-level intervals (5 seeds or more) and the minimum detectable differences: item-level
+    alone and at Holm's first step, seed-level with 5 seeds or more (:func:`_mde_lines`)."""
     lines = []
     family = int(table["family_size"].max()) if "family_size" in table and len(table) else 0
     for task, g in table.groupby("task", sort=False):
@@ -451,8 +600,12 @@ def format_table(table: pd.DataFrame) -> str:
             "runs, not what a new training run would give."
         )
         lines.append(
-            f"  *: Holm-adjusted p < {ALPHA:g}; family of {family} comparisons (each experiment vs "
-            "its best init and vs sparta, every task)."
+            f"  *: Holm-adjusted p < {ALPHA:g} (exact paired sign-flip test, stratified by seed). "
+            f"Holm family: {family} comparison{'s' * (family != 1)}"
+        )
+        lines.append(
+            "  (each experiment vs its own best init and vs sparta, every task; a comparison and its "
+            "mirror once; a pool's own best init is not compared with sparta)."
         )
         lines.append("")
         lines.append("  per seed (each training run's own result; selected member@checkpoint):")
@@ -477,15 +630,48 @@ def format_table(table: pd.DataFrame) -> str:
                 cells = [_cell(r, name, "_seed") for name in COMPARISONS]
                 if any(cells):
                     lines.append(f"  {r.experiment:<20}{cells[0]:>30}{cells[1]:>30}")
-        lines.append("")
-        lines.append(
-            f"  minimum detectable difference (paired, {n_items} test items x {n_seeds} seeds, "
-            f"{POWER:.0%} power, two-sided alpha {ALPHA:g}, from the variance of the paired differences):"
-        )
-        for name in COMPARISONS:
-            mde = g[f"{name}_mde"].dropna()
-            if len(mde):
-                spread = f" (from {mde.min():.3f} to {mde.max():.3f})" if mde.max() > mde.min() else ""
-                lines.append(f"    {name.replace('_', ' ')}: {mde.median():.3f}{spread}")
+        lines.extend(_mde_lines(g, n_items, n_seeds, family))
         lines.append("")
     return "\n".join(lines)
+
+
+def _mde_lines(g: pd.DataFrame, n_items: int, n_seeds: int, family: int) -> list[str]:
+    """The printed minimum detectable differences of one task: per comparison the median over
+    the rows (and the range), each line saying which question it answers."""
+
+    def summary(column: str) -> str:
+        values = pd.to_numeric(g[column], errors="coerce").dropna() if column in g else pd.Series(dtype=float)
+        if not len(values):
+            return ""
+        spread = f" ({values.min():.3f} to {values.max():.3f})" if values.max() > values.min() else ""
+        return f"{values.median():.3f}{spread}"
+
+    lines = [
+        "",
+        f"  minimum detectable difference ({POWER:.0%} power, two-sided; median over rows, range):",
+        f"  in these training runs (item-level, {n_items} test items x {n_seeds} seeds, from the variance "
+        "of the paired differences)",
+    ]
+    step = ALPHA / max(family, 1)
+    for name in COMPARISONS:
+        one, first = summary(f"{name}_mde"), summary(f"{name}_mde_holm")
+        if one:
+            lines.append(
+                f"    {name.replace('_', ' ')}: {one} alone (alpha {ALPHA:g}); {first} at Holm's first "
+                f"step (alpha {ALPHA:g}/{family} = {step:.2g})"
+            )
+    seeded = [(name, summary(f"{name}_seed_mde"), summary(f"{name}_seed_mde_holm")) for name in COMPARISONS]
+    if any(one for _, one, _ in seeded):
+        lines.append(
+            f"  over new training runs (seed-level t test, {n_seeds} seeds, from the variance between "
+            "the seeds' differences)"
+        )
+        for name, one, first in seeded:
+            if one:
+                lines.append(f"    {name.replace('_', ' ')}: {one} alone; {first} at Holm's first step")
+    elif n_seeds < MIN_SEEDS_FOR_SEED_INTERVAL:
+        lines.append(
+            f"  over new training runs: not estimated below {MIN_SEEDS_FOR_SEED_INTERVAL} seeds (the "
+            "item-level figures leave out the variance between training runs)"
+        )
+    return lines

@@ -323,8 +323,14 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
 
 
 def _check_reputation(settings: Settings) -> list[str]:
-    """Reputation settings under which no reputation can ever move, though updates are on."""
+    """Reputation settings under which no reputation can ever move, though updates are on; random
+    labels (Sparta's null arm) asked of a method that makes its pairs elsewhere."""
     r = settings.reputation
+    if r.labels == "random" and settings.method != "sparta":
+        return [
+            f"reputation.labels: random swaps the pairs of Sparta's aggregation; method {settings.method} "
+            "makes its own pairs and would train on judged labels: use method: sparta for the null arm"
+        ]
     if not r.updates or settings.method != "sparta":
         return []
     fix = "set reputation.updates: false for the ablation without updates"
@@ -487,8 +493,14 @@ def _check_context(settings: Settings, root: Path) -> list[str]:
 
 
 def _check_method(settings: Settings, root: Path, notes: list[str] | None = None) -> list[str]:
-    """What a baseline needs that the config may lack."""
+    """What a baseline needs that the config may lack; what its judge settings make
+    impossible (meta-rewarding's judge pairs under greedy or single judgments) goes to
+    ``notes``."""
+    from .methods import get as get_method
+
     m = settings.method
+    if notes is not None:
+        notes.extend(get_method(m).judging_warnings(settings.judge, settings.baselines))
     if settings.judge.kind == "reference":
         if m in ("spin", "meta_rewarding"):
             why = (

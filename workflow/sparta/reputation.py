@@ -35,6 +35,8 @@ from .fields import setting
 from .matchmaking import check_pool
 
 _SQRT2 = math.sqrt(2.0)
+ADDED_RANDOM_LABELS = "random_labels null arm"
+"""What added ``reputation.labels`` and ``labels_seed`` (``setting(added=...)``)."""
 
 
 class AggregationError(ValueError):
@@ -166,6 +168,21 @@ class ReputationSettings:
     )
     downweighting: bool = setting(
         True, help="Appendix C.1 judge down-weighting; false is the ablation 'w/o downweighting'."
+    )
+    labels: Literal["judged", "random"] = setting(
+        "judged",
+        help="judged: a won duel's pair has the winner's answer chosen (Sparta). random: the null "
+        "arm random_labels, each pair's chosen and rejected swapped by a coin seeded by (labels_seed, "
+        "iteration, duel): the labels carry no information while the pairs' texts and count, the "
+        "reputations, the training and the selection stay Sparta's.",
+        added=ADDED_RANDOM_LABELS,
+    )
+    labels_seed: int | None = setting(
+        None,
+        ge=0,
+        le=2147483647,
+        help="Seed of the labels: random coin; null: the run's seed.",
+        added=ADDED_RANDOM_LABELS,
     )
     downweight_gamma: float = setting(
         0.1,
@@ -498,6 +515,34 @@ def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcom
     }
 
 
+SWAPPED_COLUMNS = (
+    ("chosen", "rejected"),
+    ("chosen_member", "rejected_member"),
+    ("chosen_score", "rejected_score"),
+)
+"""The columns of a pair that random labels swap, two by two."""
+
+
+def label_coin(seed: int, iteration: int, duel_id: str) -> bool:
+    """The random_labels coin of one pair (``reputation.labels: random``): True swaps its chosen
+    and rejected. Seeded by (seed, iteration, duel) through ``derive_seed`` and drawn by numpy,
+    whose seeding mixes the bits (the parity of a CRC alone is linear in the duel id's bits)."""
+    from .settings import derive_seed
+
+    return bool(np.random.default_rng(derive_seed("random-labels", seed, iteration, duel_id)).random() < 0.5)
+
+
+def swap_labels(pair: dict, seed: int) -> dict:
+    """A pair with chosen and rejected (texts, members, scores) swapped where :func:`label_coin`
+    says; the margin and everything else stay."""
+    if not label_coin(seed, pair["iteration"], pair["duel_id"]):
+        return pair
+    swapped = dict(pair)
+    for a, b in SWAPPED_COLUMNS:
+        swapped[a], swapped[b] = pair[b], pair[a]
+    return swapped
+
+
 def frame(rows: list[dict], kind: str) -> pd.DataFrame:
     """Rows (dicts by column name) as a table of ``kind``."""
     return pd.DataFrame(rows, columns=tables.columns(kind)) if rows else tables.empty(kind)
@@ -566,7 +611,9 @@ def aggregate_round(
     reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
     Both aggregated scores of a duel are means over the same judges. A decided duel whose two
     answers are the same text updates the reputations but makes no pair (DPO would learn
-    nothing from it), counted as ``identical``.
+    nothing from it), counted as ``identical``. With ``labels: random`` each pair's chosen and
+    rejected are swapped where its seeded coin says (:func:`swap_labels`, counted as
+    ``swapped``); the history and the reputations are the judged ones.
     """
     if len(duels):
         state.round = int(duels["round"].iloc[0])
@@ -591,4 +638,9 @@ def aggregate_round(
                 counts["identical"] += 1
                 continue
             prefs.append(preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
+    if params.labels == "random":
+        if params.labels_seed is None:
+            raise AggregationError("reputation.labels: random needs labels_seed (the run's seed)")
+        judged, prefs = prefs, [swap_labels(p, params.labels_seed) for p in prefs]
+        counts["swapped"] = sum(p is not q for p, q in zip(prefs, judged))
     return frame(history, "history"), frame(prefs, "preferences"), counts

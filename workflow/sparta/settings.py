@@ -3,7 +3,7 @@
 Each setting is one dataclass field below (or in :mod:`sparta.matchmaking` and
 :mod:`sparta.reputation`), declared with :func:`sparta.fields.setting`: its default, help
 text, bounds, and its choices as a ``Literal`` type. The config schema
-(``workflow/schemas/config.schema.yaml``) and the README's constants table are generated from
+(``workflow/schemas/config.schema.yaml``) and the docs' reference pages are generated from
 them (``python -m sparta.schema --write``). The config file (``config.yaml`` or
 ``--configfile``) is checked against that schema (types, bounds, typos) and then turned into
 one :class:`Settings` here. ``sparta config`` prints the resolved settings of a config.
@@ -208,7 +208,7 @@ class _Judging:
         help="Defence: spotlighting by datamarking (Hines et al. 2024); the answer is shown with a "
         "marker in place of its whitespace, and the judge is told marked text is data, never "
         "instructions. Off by default: with SmolLM2-135M judges it cost label accuracy and "
-        "stopped no attack family (README, Judging).",
+        "stopped no attack family (docs: Judging).",
         constant="judging defence: datamarking",
         source="sparta",
         authors="(their code: none)",
@@ -238,11 +238,10 @@ class _Judging:
         ge=1,
         help="Judgments per generate call (generate mode, and meta-rewarding's sampled judgments "
         "with reasons). Each judgment samples from its own seed, so the batch never changes "
-        "a judgment; decoding reads every weight once per step for all rows, so 48 rows cost "
-        "about as much as 24 (sampled judgments on 1 CPU thread: 2.0x faster than batches of 8, "
-        "benchmarks/bench_judge_generate.py). Lower it where a GPU runs out of memory: each row "
-        "holds its own KV cache of prompt + max_new_tokens.",
-        added="judge generate batch (issue 19)",
+        "a judgment; decoding reads every weight once per step for all rows, so larger batches "
+        "cost less per judgment (benchmarks/bench_judge_generate.py measures it). Lower it where a "
+        "GPU runs out of memory: each row holds its own KV cache of prompt + max_new_tokens.",
+        added="judge generate batch",
     )
 
 
@@ -412,14 +411,38 @@ class BaselineSettings:
         "meta-judge compares, every two in both orders (the actor's own when judge_samples is at least "
         "this in generate mode, else sampled anew).",
     )
-    length_control: float | None = setting(
+    length_control: Any = setting(
         None,
         ge=0,
         le=1,
         help="self_rewarding, meta_rewarding: the paper's length control rho of the actor pairs: chosen = "
         "the shortest answer scored within rho x (best - worst) of the best; rejected = the longest as "
-        "near the worst (null: the method's default, 0.1 for meta_rewarding, off for self_rewarding; 0: "
-        "only ties broken by length).",
+        "near the worst. A number: rho of every iteration; a list: rho of iteration 1, 2, ... in turn, "
+        "its last value for every iteration after it (null: the method's default, [0, 0, 0.1] for "
+        "meta_rewarding as NeMo-Aligner's recipe, off for self_rewarding; 0: only ties broken by length).",
+        schema={
+            "type": ["number", "array", "null"],
+            "items": {"type": "number", "minimum": 0, "maximum": 1},
+            "minItems": 1,
+        },
+    )
+    judge_pair_share: float = setting(
+        0.15,
+        ge=0,
+        le=1,
+        help="meta_rewarding: at most this share of a member's pairs of an iteration are judge pairs; "
+        "those formed first in the iteration's prompt order are kept (NeMo-Aligner's meta_judge_pcnt: "
+        "above 0.15 its judge came to give every answer the same score). 1: no cap.",
+        added="meta-rewarding judge-pair caps",
+    )
+    judge_score_share: float = setting(
+        0.4,
+        gt=0,
+        le=1,
+        help="meta_rewarding: a judge pair is kept only while the kept judge pairs whose chosen "
+        "judgment gives the same score are under this share, counting one extra per score of the "
+        "judge's scale, in the iteration's prompt order (NeMo-Aligner's meta_max_relative_pcnt). 1: no cap.",
+        added="meta-rewarding judge-pair caps",
     )
     annotator: JudgeModel | None = setting(
         None,
@@ -465,6 +488,19 @@ class BaselineSettings:
         "one expected score, the reference judge one check.",
     )
 
+    def __post_init__(self):
+        # length_control: a number or a schedule by iteration (a list in the config), kept as a tuple
+        rho = self.length_control
+
+        def unit(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1
+
+        schedule = isinstance(rho, (list, tuple))
+        if rho is not None and not (all(map(unit, rho)) and len(rho) if schedule else unit(rho)):
+            raise ValueError(f"length_control must be a number in [0, 1] or a list of them, got {rho!r}")
+        if schedule:
+            object.__setattr__(self, "length_control", tuple(float(x) for x in rho))
+
 
 Tracker = Literal[
     "tensorboard", "wandb", "trackio", "mlflow", "comet_ml", "neptune", "clearml", "dvclive", "swanlab"
@@ -502,7 +538,7 @@ class Untracked:
 
 NAME = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
-ADDED_HUB_DATASETS = "datasets by hub id (issue 23)"
+ADDED_HUB_DATASETS = "datasets by hub id"
 """What added the ``dataset``, ``config`` and ``split`` keys (``setting(added=...)``)."""
 """What an experiment's name may be (it names folders)."""
 
@@ -594,7 +630,7 @@ class PromptSettings:
         help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
         "a base model's context: skip (left out of the splits, counted) or stop (named, before any "
         "job where the base is on disk, else by split_prompts).",
-        added="prompt lengths checked (issue 25)",
+        added="prompt lengths checked",
     )
     schedule: Schedule = setting(
         "fixed",
@@ -633,7 +669,7 @@ class PromptSettings:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One evaluation task (see the README's evaluation table)."""
+    """One evaluation task (docs: Inspecting a run, the evaluation tasks)."""
 
     name: str = setting(help="Task name (file names, tables).", schema={"pattern": "^[A-Za-z0-9_-]+$"})
     source: Literal["prompts", "file"] = setting(
@@ -715,10 +751,12 @@ class EvaluationSettings:
         help="Which members an evaluation job scores on test: all (every member: test curves for "
         "each) | selected (only its checkpoint's best member on validation per task, the one a "
         "selection can pick: the best of every checkpoint is the best of its own; the others' "
-        "test answers are never generated; needs fanout: pool, a job per checkpoint).",
+        "test answers are never generated; needs fanout: pool, a job per checkpoint). A study's shared "
+        "initial pool that pool-size experiments use parts of is tested whole, so each pool's best "
+        "init has test scores.",
     )
     judge: JudgeModel | None = setting(None, help="Judge model of judge_score tasks.")
-    tasks: tuple[TaskSpec, ...] = setting((), help="Evaluation tasks; see the README for each metric.")
+    tasks: tuple[TaskSpec, ...] = setting((), help="Evaluation tasks; the docs' reference lists each metric.")
 
 
 @dataclass(frozen=True)
@@ -825,7 +863,8 @@ class Settings:
     method: METHODS = setting(
         "sparta",
         help="Alignment method over the shared stages: sparta, or one of the paper's four "
-        "self-alignment baselines, each aligning every member alone (see baselines and the README).",
+        "self-alignment baselines, each aligning every member alone (see baselines and the docs' "
+        "methods pages).",
     )
     iterations: int = setting(
         8, ge=1, help="Number of Sparta iterations T.", constant="iterations T", source="paper"
@@ -925,6 +964,8 @@ class Settings:
         except (TypeError, ValueError) as e:
             raise SettingsError(f"reputation: {e}") from e
         settings = build(cls, config, "")
+        if rep.labels == "random" and rep.labels_seed is None:  # the random_labels coin: the run's seed
+            rep = dataclasses.replace(rep, labels_seed=settings.seed)
         return dataclasses.replace(settings, reputation=rep)
 
     @property

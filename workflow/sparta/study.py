@@ -265,7 +265,8 @@ def _differences(a: Settings, b: Settings) -> list[str]:
 def _shared_init(init_id: str, ids: list[str], experiments: dict[str, Settings], labels) -> Settings:
     """The settings of the run holding the initial pool shared by ``ids``: the first one's,
     with every member and base model of any of them, the reference column any of them names,
-    and their (common) evaluation of the pool."""
+    and their (common) evaluation of the pool; tested whole (``evaluation.test: all``) when
+    some of them use only part of it (pool sizes), so each one's best init has test scores."""
     first = experiments[ids[0]]
     members: dict[str, object] = {}
     bases: dict[str, object] = {}
@@ -304,6 +305,11 @@ def _shared_init(init_id: str, ids: list[str], experiments: dict[str, Settings],
     evaluation = dataclasses.replace(
         first.evaluation, enabled=any(experiments[e].evaluation.enabled for e in ids)
     )
+    if any(set(experiments[e].member_names) != set(members) for e in ids):
+        # evaluation.test: selected would test only the best of all these members on validation;
+        # a pool-size experiment's own best init (the best of its members) needs test rows too,
+        # whichever it is: the shared initial pool is tested whole (checkpoint 0 only)
+        evaluation = dataclasses.replace(evaluation, test="all")
     prompts = dataclasses.replace(first.prompts, reference_column=next(iter(references), None))
     return dataclasses.replace(
         first,

@@ -235,10 +235,13 @@ SCHEMAS: dict[str, pa.Schema] = {
     # per task and experiment (and per initial pool: best init): the best-on-validation
     # member's test score (mean and sd over seeds; select_from: all | final | initial; selected
     # and *_per_seed: "seed=value;..." per seed, member@checkpoint for selected) and its paired
-    # differences to the run's own best init and to Sparta: item bootstrap stratified by seed
-    # (conditional on these training runs), Holm-adjusted over the table's family
-    # (family_size comparisons; _significant: adjusted p < 0.05), a seed-level t interval with
-    # 5 seeds or more (null below), and the design's minimum detectable difference (_mde)
+    # differences to the run's own best init and to Sparta: item bootstrap interval stratified
+    # by seed (conditional on these training runs) with the exact paired sign-flip test's p,
+    # Holm-adjusted over the table's family (family_size comparisons; _significant: adjusted
+    # p < 0.05), a seed-level t interval with 5 seeds or more (null below), and the minimum
+    # detectable differences: item-level at alpha 0.05 (_mde) and at Holm's first step
+    # (_mde_holm), seed-level from the between-seed variance with 5 seeds or more (_seed_mde,
+    # _seed_mde_holm)
     "comparison": pa.schema(
         [
             ("task", _str),
@@ -268,6 +271,9 @@ SCHEMAS: dict[str, pa.Schema] = {
                 "_seed_p",
                 "_seed_p_holm",
                 "_mde",
+                "_mde_holm",
+                "_seed_mde",
+                "_seed_mde_holm",
             )
         ]
     ),
@@ -327,6 +333,21 @@ SCHEMAS: dict[str, pa.Schema] = {
             (f"{side}_{x}", pa.int64() if x == "flagged" else _f64)
             for side in ("chosen", "rejected")
             for x in ("flagged", "share", "share_low", "share_high")
+        ]
+    ),
+    # per iteration, member (whose judge job wrote the rows; SPPO: the judged member) and kind
+    # of judgment (score | meta): rows, those without a usable score, with an error, with a
+    # shortened judge prompt, and the pairs made of them (a baseline's; null for Sparta)
+    "judging": pa.schema(
+        [
+            ("iteration", _i32),
+            ("member", _str),
+            ("kind", _str),
+            ("judgments", pa.int64()),
+            ("unusable", pa.int64()),
+            ("errors", pa.int64()),  # each unusable one, and SPPO's answers with failed comparisons
+            ("truncated", pa.int64()),
+            ("pairs", pa.int64()),  # actor pairs of score rows, judge pairs of meta rows
         ]
     ),
     # Pearson r between reputation and validation score, per task
@@ -396,7 +417,15 @@ OPTIONAL_COLUMNS_OK = {
 
 # columns added to a table after runs were made with it: a table written before reads with
 # them null, so a run made before an update resumes (its cost shows those columns as unknown)
-ADDED_COLUMNS = {"judgments": ("requests", "generated_tokens"), "selection": ("tied",)}
+ADDED_COLUMNS = {
+    "judgments": ("requests", "generated_tokens"),
+    "selection": ("tied",),
+    "comparison": tuple(
+        f"{ref}{x}"
+        for ref in ("vs_best_init", "vs_sparta")
+        for x in ("_mde_holm", "_seed_mde", "_seed_mde_holm")
+    ),
+}
 
 
 class TableError(ValueError):

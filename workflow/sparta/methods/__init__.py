@@ -71,15 +71,17 @@ def baseline_pairs(
     duels,
     responses,
     judgments,
-    length_control: float | None = None,
+    length_control: float | tuple[float, ...] | None = None,
     min_margin: float = 0.0,
+    **others,
 ) -> pd.DataFrame:
-    """A baseline's pairs of a round with these two settings (the others at their defaults)."""
+    """A baseline's pairs of a round with these settings (``others``: more of
+    :class:`~sparta.settings.BaselineSettings` by name; the rest at their defaults)."""
     from ..settings import BaselineSettings
 
     m = get(method)
     if not m.baseline:
         baselines = tuple(name for name, b in REGISTRY.items() if b.baseline)
         raise ValueError(f"{method} is not a baseline; baselines: {baselines}")
-    settings = replace(BaselineSettings(), length_control=length_control, min_margin=min_margin)
+    settings = replace(BaselineSettings(), length_control=length_control, min_margin=min_margin, **others)
     return m.pairs(duels, responses, judgments, settings)

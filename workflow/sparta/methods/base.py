@@ -28,6 +28,8 @@ class Method:
     """Column of the judgments table naming the member whose judge job wrote the row."""
     judges_label_accuracy = False
     """Whether members judge other members' answers (the judges' label accuracy applies)."""
+    judgment_kinds: tuple[str, ...] = ("score",)
+    """Kinds of the judgments table's rows the method writes (the analysis counts each)."""
 
     # --- answers ---------------------------------------------------------------------------
 
@@ -50,6 +52,11 @@ class Method:
 
     def judgment_format(self, cfg) -> str:
         return cfg.format
+
+    def judging_warnings(self, judge, baselines) -> list[str]:
+        """What these judge settings make impossible for the method (said at the config check
+        and in the judge job's log); none by default."""
+        return []
 
     # --- pairs and training ----------------------------------------------------------------
 

@@ -7,8 +7,10 @@ additive 5-point prompt, ``baselines.judge_samples`` times each in generate mode
 the best and the worst), with the paper's length control on by default (section 2.2): with
 scores in [S_min, S_max], chosen = the shortest answer of the top tier [S_max - rho (S_max -
 S_min), S_max], rejected = the longest of the bottom tier [S_min, S_min + rho (S_max -
-S_min)]; rho = ``baselines.length_control`` (null: :data:`LENGTH_CONTROL`; 0: the paper's
-"no length control", only ties broken by length).
+S_min)]; rho = ``baselines.length_control``, a number or a schedule by iteration (null:
+:data:`LENGTH_CONTROL`, NeMo-Aligner's recipe 0, 0, 0.1 over three iterations, its last value
+for every iteration after them; 0: the paper's "no length control", only ties broken by
+length).
 
 Judge pairs (section 2.3), for each prompt of each member:
 
@@ -29,15 +31,42 @@ Judge pairs (section 2.3), for each prompt of each member:
    the judge instruction as the prompt (``kind: judge``); a pair whose two judgments give the
    answer the same score is dropped.
 
+Judge pairs are capped as NVIDIA NeMo-Aligner's implementation of self- and meta-rewarding
+caps them (:func:`capped_judge_pairs`; read in nemo_aligner/experimental/self_rewarding/
+self_rewarding.py, branch degert/self-rewarding-trt, commit de145a5a of 2025-05-01, its
+conf/gpt_self_rewarding.yaml and docs/user-guide-experimental/self_rewarding.rst): as a
+judge pair forms it is kept only while its chosen judgment's score has under
+``baselines.judge_score_share`` (its ``meta_max_relative_pcnt``, 0.4) of the kept judge
+pairs' chosen scores, counted from one per score of the judge's scale (``cnt_tracker``);
+of those kept, at most ``baselines.judge_pair_share`` (``meta_judge_pcnt``; its guide
+recommends at most 0.15: "Any higher, and we have observed that the llm-as-a-judge model
+starts to output identical scores for every response (always a 5)") of a member's pairs of
+the iteration are judge pairs, the first formed in the iteration's (seeded) prompt order,
+as NeMo takes them first-in first-out. NeMo swaps judge pairs into a training batch of fixed
+size, first into the slots of actor samples that teach nothing, then at random while the
+batch's judge share is under the cap; here pairs that teach nothing are dropped, so the cap
+is on the share of the pairs kept. NeMo's third limit (per score, 20% of the iteration's
+training samples over the scale's points) is not kept: the share cap bounds them all.
+No judge pair can form under greedy judging or, in generate mode, one judgment per answer
+(:func:`no_judge_pairs`: a note at the config check, a warning in the judge job's log).
+
 Actor and judge pairs train together with DPO.
+
+In expected mode (the embedded default's ``judge.mode``) the paper's loop is open: judge
+pairs train reasoned "... Score: N" judgments (sampled in generate mode), but the member's
+own scoring of its answers in the next iteration reads one forced verdict (a secret label,
+or "Score: ") with no reasoning, so what the judge pairs teach never feeds the actor's
+reward. Generate mode (``judge.mode: generate``) closes it, at several sampled judgments per
+answer.
 
 Deliberate differences: every member aligns alone (the paper aligns one model); the
 meta-judge's verdict is the exact probability of "A" vs "B" after a forced prefix in each
 order, not a generated explanation ending in "Winner: ..."; the paper corrects its Elo for
 the meta-judge's position bias, ours averages that bias out by comparing every pair in both
-orders; the paper's rho could not be read from the sources available when this was
-written: :data:`LENGTH_CONTROL` (0.1) is our choice within the paper's mechanism; the
-paper's seed data (IFT/EFT) is not used; ``baselines.samples`` defaults to self-rewarding's 4.
+orders; rho follows NeMo-Aligner's recipe (:data:`LENGTH_CONTROL`; the paper's own
+schedule was not read from the sources available), and rho 0 breaks ties by length where
+NeMo takes the answer whose judgments vary least; the paper's seed data (IFT/EFT) is not
+used; ``baselines.samples`` defaults to self-rewarding's 4.
 """
 
 from __future__ import annotations
@@ -51,14 +80,23 @@ import numpy as np
 from .base import duel_row, pair
 from .self_rewarding import SelfRewarding
 
-LENGTH_CONTROL = 0.1
-"""Meta-rewarding's default rho (see the module docstring)."""
+LENGTH_CONTROL = (0.0, 0.0, 0.1)
+"""Meta-rewarding's default rho by iteration: NeMo-Aligner's recipe (see the module docstring)."""
 
 
 class MetaRewarding(SelfRewarding):
     name = "meta_rewarding"
     default_samples = 4
     default_length_control = LENGTH_CONTROL
+    judgment_kinds = ("score", "meta")
+
+    def judging_warnings(self, judge, baselines) -> list[str]:
+        why = no_judge_pairs(judge, baselines)
+        return (
+            [f"meta_rewarding: no judge pair can form: {why}; the members train on actor pairs only"]
+            if why
+            else []
+        )
 
     def judge(self, run) -> None:
         from ..jobs import by_base
@@ -172,7 +210,28 @@ class MetaRewarding(SelfRewarding):
             )
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
-        return super().pair_rows(duels, responses, judgments, baselines) + meta_judge_pairs(duels, judgments)
+        """Actor pairs, then the judge pairs the caps keep (:func:`capped_judge_pairs`)."""
+        from ..judging import RUBRICS
+
+        actor = super().pair_rows(duels, responses, judgments, baselines)
+        levels = len(RUBRICS[baselines.judge_prompt].points)
+        judge = capped_judge_pairs(
+            actor,
+            judge_pair_candidates(duels, judgments),
+            baselines.judge_pair_share,
+            baselines.judge_score_share,
+            levels,
+        )
+        return actor + judge
+
+    def aggregate(self, state, duels, responses, judgments, reputation, baselines, t: int, r: int):
+        """As every baseline's, with the judge pairs formed and kept under the caps counted."""
+        history, prefs, counts = super().aggregate(
+            state, duels, responses, judgments, reputation, baselines, t, r
+        )
+        counts["judge_pairs_formed"] = len(judge_pair_candidates(duels, judgments))
+        counts["judge_pairs"] = int((prefs["kind"] == "judge").sum())
+        return history, prefs, counts
 
 
 # --- the pieces, each checked by hand in tests/test_methods.py ----------------------------------
@@ -252,12 +311,23 @@ def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1
 
 
 def meta_judge_pairs(duels, judgments) -> list[dict]:
-    """Judge pairs of meta-rewarding: for each meta row (kind "meta", raw: the judge's user
-    message, the N judgments, their scores and Elo ratings), the highest-rated judgment is
-    chosen and the lowest rejected; none when their ratings tie, their scores are equal or
-    either has no score."""
+    """Judge pairs of meta-rewarding before the caps: for each meta row (kind "meta", raw: the
+    judge's user message, the N judgments, their scores and Elo ratings), the highest-rated
+    judgment is chosen and the lowest rejected; none when their ratings tie, their scores are
+    equal or either has no score."""
+    return [p for p, _ in judge_pair_candidates(duels, judgments)]
+
+
+def judge_pair_candidates(duels, judgments) -> list[tuple[dict, float]]:
+    """:func:`meta_judge_pairs` with the score each chosen judgment gives the answer, in the
+    order of the duels table (the iteration's seeded prompt draw)."""
+    position = {d: i for i, d in enumerate(duels["duel_id"])}
+    meta_rows = judgments[judgments["kind"] == "meta"]
+    rows = sorted(
+        meta_rows.itertuples(index=False), key=lambda j: (position.get(j.duel_id, len(position)), j.sample)
+    )
     pairs = []
-    for j in judgments[judgments["kind"] == "meta"].itertuples(index=False):
+    for j in rows:
         meta = json.loads(j.raw)
         elo = meta.get("elo")
         if not elo:  # no verdict (or a row written before the Elo ranking)
@@ -270,16 +340,74 @@ def meta_judge_pairs(duels, judgments) -> list[dict]:
         if elo[hi] == elo[lo] or scores[hi] == scores[lo] or texts[hi] == texts[lo]:
             continue
         p = elo_win(elo[hi] - elo[lo])
-        pairs.append(
-            pair(
-                duel_row(duels, j.duel_id),
-                j.judge,
-                texts[hi],
-                texts[lo],
-                1 + 9 * p,
-                1 + 9 * (1 - p),
-                "judge",
-                meta["user"],
-            )
+        made = pair(
+            duel_row(duels, j.duel_id),
+            j.judge,
+            texts[hi],
+            texts[lo],
+            1 + 9 * p,
+            1 + 9 * (1 - p),
+            "judge",
+            meta["user"],
         )
+        pairs.append((made, float(scores[hi])))
     return pairs
+
+
+def max_judge_pairs(actor: int, share: float) -> int | None:
+    """The most judge pairs J beside ``actor`` actor pairs with J <= share x (actor + J);
+    None: no cap (share 1)."""
+    if share >= 1:
+        return None
+    return math.floor(share * actor / (1 - share) + 1e-9)
+
+
+def capped_judge_pairs(
+    actor: list[dict], judge: list[tuple[dict, float]], share: float, score_share: float, levels: int
+) -> list[dict]:
+    """The judge pairs each trainee keeps under NeMo-Aligner's two caps, in the order given
+    (``judge``: (pair, the score its chosen judgment gives the answer), in the iteration's
+    prompt order):
+
+    1. the score cap (``meta_max_relative_pcnt``): a pair is kept only while the share of its
+       chosen score among the kept pairs' chosen scores, each of the judge scale's ``levels``
+       scores counted once more, is under ``score_share``: (n_s + 1) / (n + levels) <
+       score_share before it is added (NeMo: ``cnt_tracker`` starts at one per score);
+    2. the share cap (``meta_judge_pcnt``): of those, the first J with J <= ``share`` x
+       (actor pairs + J), the trainee's actor pairs counted without those of one text twice
+       (which DPO drops).
+    """
+    kept = []
+    for member in dict.fromkeys(p["trainee"] for p, _ in judge):
+        counts: dict[float, int] = {}
+        admitted = []
+        for p, s in judge:
+            if p["trainee"] != member:
+                continue
+            key = round(s, 6)
+            if (counts.get(key, 0) + 1) / (sum(counts.values()) + levels) < score_share:
+                admitted.append(p)
+                counts[key] = counts.get(key, 0) + 1
+        a = sum(1 for p in actor if p["trainee"] == member and p["chosen"] != p["rejected"])
+        most = max_judge_pairs(a, share)
+        kept += admitted if most is None else admitted[:most]
+    return kept
+
+
+def no_judge_pairs(judge, baselines) -> str | None:
+    """Why no judge pair can ever form under these judge and baseline settings (None: they
+    can): judge pairs need two of an answer's sampled judgments to give different scores."""
+    if judge.kind == "reference":
+        return None  # refused by the config check
+    if judge.temperature <= 0 or judge.top_k == 1:
+        return (
+            "judge sampling is greedy (judge.temperature 0 or judge.top_k 1): every sampled judgment "
+            "of an answer is the same, so none gives a different score"
+        )
+    if judge.mode == "generate" and baselines.judge_samples < 2:
+        return (
+            "in generate mode the answer re-judged is the one whose baselines.judge_samples sampled "
+            "scores vary most, and one judgment each (judge_samples: 1) never varies; set "
+            "judge_samples to 2 or more (the paper: 3)"
+        )
+    return None

@@ -24,8 +24,9 @@ from .base import Method, best_and_worst_pairs, mean_judgment
 class SelfRewarding(Method):
     name = "self_rewarding"
     default_samples = 4
-    default_length_control: float | None = None
-    """rho of the pairs' length control when ``baselines.length_control`` is null (off)."""
+    default_length_control: float | tuple[float, ...] | None = None
+    """rho (or a schedule of rho by iteration) of the pairs' length control when
+    ``baselines.length_control`` is null (None: off)."""
 
     def judge(self, run) -> None:
         """Each member judges its own answers."""
@@ -59,11 +60,24 @@ class SelfRewarding(Method):
             run.add(spec.name, duel, spec.name, k, j)
         return asked, judged_each, n
 
-    def length_control(self, baselines) -> float | None:
+    def length_control(self, baselines, iteration: int) -> float | None:
+        """rho of the actor pairs of ``iteration`` (``baselines.length_control``, null: the
+        method's default; None: off)."""
         rho = baselines.length_control
-        return self.default_length_control if rho is None else rho
+        return rho_at(self.default_length_control if rho is None else rho, iteration)
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
-        return best_and_worst_pairs(
-            duels, responses, judgments, self.length_control(baselines), baselines.min_margin
-        )
+        pairs = []
+        for t, part in duels.groupby("iteration", sort=True):  # one iteration (a round) in practice
+            rho = self.length_control(baselines, int(t))
+            pairs += best_and_worst_pairs(part, responses, judgments, rho, baselines.min_margin)
+        return pairs
+
+
+def rho_at(rho: float | tuple[float, ...] | None, iteration: int) -> float | None:
+    """Length control rho of ``iteration`` (1, 2, ...): a number is every iteration's; a
+    schedule gives iteration t its t-th value and every iteration after its end its last one
+    (NeMo-Aligner's ``length_control`` list refuses an iteration past its end)."""
+    if rho is None or isinstance(rho, (int, float)):
+        return rho
+    return rho[min(max(iteration, 1), len(rho)) - 1]

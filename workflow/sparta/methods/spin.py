@@ -6,7 +6,9 @@ Each member answers each prompt once; nobody judges. Chosen = the prompt's refer
 equal to the reference makes no pair). DPO's logistic loss against the previous iterate, on
 the pairs of the last ``baselines.spin_history`` iterations: 2 (default) as SPIN's recipe,
 which trains each iteration on its new data mixed with the previous iteration's; 1: the
-current iteration's only.
+current iteration's only. With history 2 a member trains from iteration 2 on twice the pairs
+of iteration 1 for the same ``dpo.epochs``: twice its DPO steps (and time), which a
+comparison with the other methods at equal iterations should keep in mind.
 
 Deliberate differences: every member aligns alone; the prompts of an iteration are the run's
 prompt draw, not SPIN's Ultrachat subset; the answers use the run's generation settings.
@@ -21,6 +23,7 @@ from .base import Method, pair
 
 class SPIN(Method):
     name = "spin"
+    judgment_kinds = ()  # nobody judges
 
     def samples(self, samples: int | None) -> int:
         return 1  # one answer: the rejected one

@@ -12,7 +12,11 @@ not DPO's beta (``sparta.train.sppo_loss``); ``baselines.sppo_loss: sppo_hard`` 
 
 Deliberate differences: the annotator is a language model judge (``baselines.annotator``, any
 model folder; default the members' base model without adapter), not PairRM; every member
-aligns alone; the win probabilities are stored as scores 1 + 9 P in ``judgments``.
+aligns alone; the win probabilities are stored as scores 1 + 9 P in ``judgments``. A
+comparison the annotator fails (no usable verdict in either order; PairRM always gives one)
+counts as P = 1/2; each answer's row says in ``error`` how many of its K - 1 comparisons
+failed (its score stays usable), and ``truncated`` when any of its comparisons shortened an
+answer.
 """
 
 from __future__ import annotations
@@ -51,13 +55,21 @@ class SPPO(Method):
         judged = run.judged(asked, judge_duels, pairwise, lambda i: run.seed("annotator", *asked[i][1:4]))
         if run.reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
             for k in range(0, len(asked), 2):
-                p = reference_win_probability(judged[k].score, judged[k + 1].score)
-                judged[k] = replace(judged[k], score=1 + 9 * p, error=None)
-        beats, tokens, requests = {}, {}, {}
+                a_, b_ = judged[k], judged[k + 1]
+                p = reference_win_probability(a_.score, b_.score)
+                failed = None if None not in (a_.score, b_.score) else (a_.error or b_.error)
+                judged[k] = replace(a_, score=None if failed else 1 + 9 * p, error=failed)
+        # a failed comparison (no usable verdict in either order) counts as P = 1/2, as before;
+        # each answer's row records how many of its comparisons failed and any truncation
+        beats, failed, cut, tokens, requests = {}, {}, {}, {}, {}
         for k in range(0, len(asked), 2):
             _, duel, member, (i, j), _ = asked[k]
             score = judged[k].score
             beats.setdefault((member, duel), {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
+            if score is None:
+                failed.setdefault((member, duel), {})[(i, j)] = judged[k].error or "no usable verdict"
+            if judged[k].truncated or judged[k + 1].truncated:
+                cut.setdefault((member, duel), set()).add((i, j))
             tokens[(member, duel)] = tokens.get((member, duel), 0) + judged[k].tokens + judged[k + 1].tokens
             # a comparison asked in both orders: 2 requests (none for the reference judge)
             requests[(member, duel)] = (
@@ -67,8 +79,12 @@ class SPPO(Method):
             samples = sorted({x for pair in p for x in pair})
             # the prompt's tokens and requests shared over its K answers, summing to the totals
             tok, req = (share(total[(member, duel)], len(samples)) for total in (tokens, requests))
+            lost, shortened = failed.get((member, duel), {}), cut.get((member, duel), set())
             for q, (k, w) in enumerate(win_rates(p, samples).items()):
-                raw = json.dumps({"win_rate": w, "p_beats": {f"{i}>{j}": v for (i, j), v in p.items()}})
+                raw = {"win_rate": w, "p_beats": {f"{i}>{j}": v for (i, j), v in p.items()}}
+                mine = [(i, j) for i, j in lost if k in (i, j)]
+                if lost:
+                    raw["failed"] = {f"{i}>{j}": e for (i, j), e in lost.items()}
                 run.add(
                     "annotator",
                     duel,
@@ -76,9 +92,9 @@ class SPPO(Method):
                     k,
                     Judgment(
                         1 + 9 * w,
-                        raw,
-                        None,
-                        False,
+                        json.dumps(raw),
+                        failed_comparisons(len(mine), len(samples) - 1, [lost[c] for c in mine]),
+                        any(k in c for c in shortened),
                         False,
                         tok[q],
                         req[q],  # K (K - 1) requests over K answers
@@ -91,6 +107,14 @@ class SPPO(Method):
 
     def loss(self, baselines) -> str:
         return baselines.sppo_loss
+
+
+def failed_comparisons(n: int, of: int, errors: list[str]) -> str | None:
+    """The error of an answer's row when ``n`` of its ``of`` comparisons gave no usable
+    verdict (each counted as P = 1/2); None when none failed."""
+    if not n:
+        return None
+    return f"{n} of {of} comparisons failed, P = 1/2 used: {'; '.join(dict.fromkeys(errors))}"
 
 
 def share(total: int, k: int) -> list[int]:
