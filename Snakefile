@@ -11,8 +11,9 @@ min_version("9.0")
 # not the package, so no env file names a path and none depends on where Snakemake copies it.
 PACKAGE_ROOT = os.path.join(workflow.basedir, "workflow")
 sys.path.insert(0, PACKAGE_ROOT)
-_paths = [PACKAGE_ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(_paths))
+_PATH_VARIABLE = "PYTHONPATH"  # optional, so not an envvars directive (that requires it set)
+_paths = [PACKAGE_ROOT, *filter(None, os.environ.get(_PATH_VARIABLE, "").split(os.pathsep))]
+os.environ[_PATH_VARIABLE] = os.pathsep.join(dict.fromkeys(_paths))
 
 
 configfile: "config.yaml"

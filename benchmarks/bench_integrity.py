@@ -1,4 +1,4 @@
-"""Cost of the integrity check at the start of a run (sparta/integrity.py), README default.
+"""Cost of the integrity check at the start of a run (sparta/engine/integrity.py), README default.
 
     python benchmarks/bench_integrity.py
 

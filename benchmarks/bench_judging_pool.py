@@ -47,7 +47,8 @@ from sparta.compare import paired_bootstrap  # noqa: E402
 from sparta.judging import JudgeItem, judge_duels  # noqa: E402
 from sparta.members import MemberSpec  # noqa: E402
 from sparta.metrics import exact_match, wilson_interval  # noqa: E402
-from sparta.settings import BackendSettings, GenerationSettings, JudgeSettings, Runtime, derive_seed  # noqa: E402
+from sparta.seeds import derive_seed  # noqa: E402
+from sparta.settings import BackendSettings, GenerationSettings, JudgeSettings, Runtime  # noqa: E402
 
 SYSTEM = "You are a helpful AI assistant."
 APPENDED = {

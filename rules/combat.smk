@@ -1,32 +1,32 @@
 # Combat: both members of every duel answer its prompt.
 
-for _name, _members, _runs in pool_rules("combat"):
+for _rule in model_rules("combat", t="{t}", r="{r}"):
 
     rule:
         """Each member answers every prompt of the round's duels it fights in (batched). One job
         per member (fanout: member) or one job for the whole pool (fanout: pool; a rule per pool:
-        rules/common.smk, pool_rules)."""
+        rules/common.smk, model_rules)."""
         name:
-            _name
+            _rule.name
         input:
             duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
             members=served_member_jsons("member"),
         output:
-            responses=fanout_output(layout.member_table("{exp}", "{t}", "{r}", "responses", "{member}"), _members),
+            responses=_rule.output(layout.member_table("{exp}", "{t}", "{r}", "responses", "{member}")),
         wildcard_constraints:
-            **_runs,
+            **_rule.wildcards,
         params:
-            members=served_names(),
+            members=_rule.served,
             method=method,
             baselines=baselines,
             **settings("runtime", "backend", "generation"),
         log:
-            layout.log("{exp}", fanout_name("combat"), t="{t}", r="{r}"),
+            _rule.log,
         benchmark:
-            layout.benchmark("{exp}", fanout_name("combat"), t="{t}", r="{r}")
-        threads: model_threads("combat")
+            _rule.benchmark
+        threads: _rule.threads
         resources:
-            **stage_resources("combat"),
+            **_rule.resources,
         conda:
             MODEL_ENV
         script:

@@ -7,13 +7,11 @@
 import os
 import re
 import sys
+from typing import NamedTuple
 
 from sparta import config as sparta_config
+from sparta import engine
 from sparta import layout
-from sparta import integrity
-from sparta import keep
-from sparta import locks
-from sparta import planning
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
 
@@ -23,9 +21,6 @@ from sparta.settings import Untracked, as_data, section_data
 from sparta import hub
 
 hub.PLANNING = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
-# the rules that can produce a file, found by the outputs' constant suffixes (sparta/planning.py:
-# every output starts results/{exp}/, which Snakemake's prefix index cannot tell apart)
-planning.install()
 # the schema (every problem at once, one line each; numbers read by their meaning, in place)
 sparta_config.validate(config)
 # the typed settings of every run (sparta/settings.py holds every default), checked against
@@ -50,19 +45,6 @@ if EMBEDDED_LEFTOVERS and workflow.is_main_process:
         file=sys.stderr,
     )
 
-
-# Locks (sparta/locks.py): each run's main snakemake process holds a kernel lock of its own,
-# .snakemake/sparta-<experiment or study>.flock, from when it locks until it ends or dies. A
-# second snakemake on a live run stops with the running one named; lock files are removed only
-# when their owner is provably dead (so `kill -9` then the same command is a full recovery),
-# and a run's unlock removes its own lock files only, never another live run's. Jobs that
-# snakemake spawns never touch the locks.
-locks.install(workflow, STUDY.name, "study" if STUDY.is_study else "experiment")
-
-# A failing rerun keeps the previous outputs (sparta/keep.py): a job's existing outputs are
-# moved aside before it runs (Snakemake would delete them), put back if it fails, and removed
-# when it succeeds. In every snakemake process: on a cluster the node's process runs the job.
-keep.install(workflow)
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
 # Hub ids of every run, downloaded once by the local rule hub_download (pool.smk) into the
@@ -459,14 +441,25 @@ def final_outputs(per_run=outputs_of):
     return [path for exp in EXPERIMENTS for path in per_run(exp)] + study + bases
 
 
-# Integrity (sparta/integrity.py): every finished file of the target whose size, or whose
-# content once its time changed, differs from what was recorded when its job succeeded (or a
-# table whose Parquet footer is unreadable) is reported and rebuilt with what depends on it.
-integrity.install(workflow, final_outputs())
-# A shared base (convert_gguf, hub_download) is part of the target: deleted, it is rebuilt by
-# the plain rerun; rebuilt with the same bytes, it retrains no member (content, not mtime:
-# sparta/integrity.py).
-integrity.shared_bases(workflow, ["convert_gguf", "hub_download"])
+# sparta's changes to how Snakemake behaves (sparta/engine/, docs/development/engine.md), each
+# tested with the Snakemake that requirements.txt pins; SPARTA_ENGINE=plain runs without them.
+# planning: the rules that can produce a file, found by the outputs' constant suffixes (every
+# output starts results/{exp}/, which Snakemake's prefix index cannot tell apart). locks: each
+# run's main process holds a kernel lock, .snakemake/sparta-<experiment or study>.flock; a
+# second snakemake on a live run stops naming it, lock files go only when their owner is
+# provably dead (kill -9, then the same command, is a full recovery). keep: a failing rerun
+# keeps the previous outputs (moved aside before the job, back if it fails). integrity: a
+# finished file of the target whose size or content changed since its job succeeded (or a
+# table with an unreadable Parquet footer) is reported and rebuilt with what depends on it; a
+# shared base (convert_gguf, hub_download) rebuilt with the same bytes retrains no member.
+engine.install(
+    workflow,
+    STUDY.name,
+    "study" if STUDY.is_study else "experiment",
+    target=final_outputs(),
+    shared_bases=["convert_gguf", "hub_download"],
+    run_dirs=[layout.run_dir(run) for run in RUNS],
+)
 
 
 # Fan-out: the same rule is one job per member (wildcard {member} / {judge}) or one job per
@@ -584,7 +577,7 @@ def model_threads(stage, fanout=FANOUT):
     run has no core count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu
     cores (Slurm --cpus-per-task); a profile's set-threads overrides either."""
     r = getattr(WIDE.resources, stage)
-    if workflow._cores is None:
+    if workflow.resource_settings.cores is None:  # --cores as given (workflow.cores raises then)
         return r.gpu * r.cpus_per_gpu if r.gpu else r.cpus_per_gpu
     if r.gpu and LOCAL_CUDA:
         return r.gpu * r.cpus_per_gpu
@@ -610,17 +603,62 @@ def stage_resources(stage):
     )
     if r.gpu:
         res["cpus_per_gpu"] = r.cpus_per_gpu
-        if os.environ.get("SPARTA_SLURM_GPU_MODEL"):  # e.g. a100: a GPU with bf16 (slurm/config.yaml)
-            res["gpu_model"] = os.environ["SPARTA_SLURM_GPU_MODEL"]
-    for key, var in (("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")):
+    # optional settings from the environment (slurm/config.yaml); gpu_model: e.g. a100, a GPU with bf16
+    optional = [("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")]
+    if r.gpu:
+        optional.append(("gpu_model", "SPARTA_SLURM_GPU_MODEL"))
+    for key, var in optional:
         if os.environ.get(var):
             res[key] = os.environ[var]
     return res
 
 
+class ModelRule(NamedTuple):
+    """What every model rule has in common, one per pool of a stage (made by
+    :func:`model_rules`), so that a rule file writes only what is its own (inputs, outputs,
+    settings, script)."""
+
+    name: str  # the stage's rule, or <rule>_pool2 ... for another pool (pool_rules)
+    members: list | None  # the members a job serves; None: one job per member ({key} wildcard)
+    wildcards: dict  # wildcard constraints: the runs of its pool
+    key: str  # the member wildcard: member, or judge
+    log: str
+    benchmark: str
+    threads: int
+    resources: dict
+    served: object  # param: the names of the members a job serves (served_names)
+
+    def output(self, pattern):
+        """An output with ``{key}``: one per job, or the file of each member of the pool."""
+        return fanout_output(pattern, self.members, self.key)
+
+
+def model_rules(name, stage=None, key="member", fanout=FANOUT, **where):
+    """The rules of a model stage (:func:`pool_rules`), each with its log and benchmark
+    (``<stage>_{key}`` or ``<stage>_pool`` under ``where``: t and r, or the checkpoint's
+    folder), threads (:func:`model_threads`) and cluster resources (:func:`stage_resources`)
+    of settings resources.<stage>."""
+    stage = stage or name
+    job = fanout_name(stage, key, fanout)
+    return [
+        ModelRule(
+            rule_name,
+            members,
+            constraints,
+            key,
+            layout.log("{exp}", job, **where),
+            layout.benchmark("{exp}", job, **where),
+            model_threads(stage, fanout),
+            stage_resources(stage),
+            served_names(key),
+        )
+        for rule_name, members, constraints in pool_rules(name, fanout)
+    ]
+
+
 onstart:
-    # outputs an interrupted run had set aside go back where they are missing (sparta/keep.py)
-    keep.recover(workflow, [layout.run_dir(run) for run in RUNS])
+    # outputs an interrupted run had set aside go back where they are missing (sparta/engine/keep.py)
+    engine.started(workflow)
     # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
     if workflow.local_exec:
         sparta_config.check_local_device(WIDE)

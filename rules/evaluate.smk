@@ -1,33 +1,33 @@
 # Evaluation of every member of every checkpoint, and best-member selection.
 
 
-for _name, _members, _runs in pool_rules("evaluate_member"):
+for _rule in model_rules("evaluate_member", "evaluate", where=layout.checkpoint_where("{c}")):
 
     rule:
         """A member at checkpoint c (0 = initial pool) on every task's validation and test
         split. One job per member (fanout: member) or per checkpoint for the whole pool (fanout:
-        pool; a rule per pool: rules/common.smk, pool_rules)."""
+        pool; a rule per pool: rules/common.smk, model_rules)."""
         name:
-            _name
+            _rule.name
         input:
             members=checkpoint_member_jsons("member"),
             validation=data("validation"),
             test=data("test"),
             tasks=evaluation_task_files,
         output:
-            scores=fanout_output(layout.evaluation("{exp}", "{c}", "{member}"), _members),
+            scores=_rule.output(layout.evaluation("{exp}", "{c}", "{member}")),
         wildcard_constraints:
-            **_runs,
+            **_rule.wildcards,
         params:
-            members=served_names(),
+            members=_rule.served,
             **settings("runtime", "backend", "evaluation"),
         log:
-            layout.log("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}")),
+            _rule.log,
         benchmark:
-            layout.benchmark("{exp}", fanout_name("evaluate"), where=layout.checkpoint_where("{c}"))
-        threads: model_threads("evaluate")
+            _rule.benchmark
+        threads: _rule.threads
         resources:
-            **stage_resources("evaluate"),
+            **_rule.resources,
         conda:
             MODEL_ENV
         script:

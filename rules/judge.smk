@@ -1,33 +1,33 @@
 # Cross-judging: the members not in a duel score both of its answers.
 
-for _name, _members, _runs in pool_rules("judge"):
+for _rule in model_rules("judge", key="judge", t="{t}", r="{r}"):
 
     rule:
         """Each judge scores both answers of every duel of the round it does not fight in. One
         job per judge (fanout: member) or one job for the whole pool (fanout: pool; a rule per
-        pool: rules/common.smk, pool_rules)."""
+        pool: rules/common.smk, model_rules)."""
         name:
-            _name
+            _rule.name
         input:
             duels=layout.round_table("{exp}", "{t}", "{r}", "duels"),
             responses=round_tables("responses"),
             members=served_member_jsons("judge"),
         output:
-            judgments=fanout_output(layout.member_table("{exp}", "{t}", "{r}", "judgments", "{judge}"), _members, "judge"),
+            judgments=_rule.output(layout.member_table("{exp}", "{t}", "{r}", "judgments", "{judge}")),
         wildcard_constraints:
-            **_runs,
+            **_rule.wildcards,
         params:
-            judges=served_names("judge"),
+            judges=_rule.served,
             method=method,
             baselines=baselines,
             **settings("runtime", "backend", "judge"),
         log:
-            layout.log("{exp}", fanout_name("judge", "judge"), t="{t}", r="{r}"),
+            _rule.log,
         benchmark:
-            layout.benchmark("{exp}", fanout_name("judge", "judge"), t="{t}", r="{r}")
-        threads: model_threads("judge")
+            _rule.benchmark
+        threads: _rule.threads
         resources:
-            **stage_resources("judge"),
+            **_rule.resources,
         conda:
             MODEL_ENV
         script:

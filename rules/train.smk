@@ -33,39 +33,39 @@ rule sft_member:
         "../workflow/scripts/sft_member.py"
 
 
-for _name, _members, _runs in pool_rules("dpo", DPO_FANOUT):
+for _rule in model_rules("dpo", fanout=DPO_FANOUT, t="{t}"):
 
     rule:
         """Member t -> member t+1: DPO on all pairs of iteration t (SPIN: and of the iterations
         before it, baselines.spin_history), continuing its own adapter against a frozen copy of
         it as the reference. One job per member (dpo_fanout: member) or per pool (a rule per
-        pool: rules/common.smk, pool_rules)."""
+        pool: rules/common.smk, model_rules)."""
         name:
-            _name
+            _rule.name
         input:
             preferences=trained_preferences,
             members=served_member_jsons("member"),
         output:
-            member=fanout_output(layout.member_json("{exp}", "{t}", "{member}"), _members),
-            adapter_config=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json"), _members),
-            adapter=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors"), _members),
-            training_log=fanout_output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet"), _members),
+            member=_rule.output(layout.member_json("{exp}", "{t}", "{member}")),
+            adapter_config=_rule.output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_config.json")),
+            adapter=_rule.output(layout.member_file("{exp}", "{t}", "{member}", "adapter/adapter_model.safetensors")),
+            training_log=_rule.output(layout.member_file("{exp}", "{t}", "{member}", "training_log.parquet")),
         wildcard_constraints:
             t=r"[1-9]\d*",  # iteration 0's members come from sft_member / init_member
-            **_runs,
+            **_rule.wildcards,
         params:
-            members=served_names(),
+            members=_rule.served,
             tracking=tracking,
             method=method,
             baselines=baselines,
             **settings("runtime", "dpo", "lora"),
         log:
-            layout.log("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}"),
+            _rule.log,
         benchmark:
-            layout.benchmark("{exp}", fanout_name("dpo", fanout=DPO_FANOUT), t="{t}")
-        threads: model_threads("dpo", DPO_FANOUT)
+            _rule.benchmark
+        threads: _rule.threads
         resources:
-            **stage_resources("dpo"),
+            **_rule.resources,
         conda:
             MODEL_ENV
         script:

@@ -61,7 +61,8 @@ def run_a(tmp_path_factory, tiny_base):
 # a fresh-clone CI run on 2 cores (2026-12-03, a core per test run): study 637, workflow 460
 # (with the shared run), default pool 457, slurm 332, hub 296, side by side 221, reference
 # judge 186, cluster config 84, export 80, integrity 51, the rest under 20 each; both workers
-# were busy to the end. A module not listed runs after these, the slow ones first.
+# were busy to the end. Since: engine (the tiny run again on plain Snakemake) 286 on a busy
+# machine (2026-12-05). A module not listed runs after these, the slow ones first.
 # pyproject.toml passes --no-loadscope-reorder: pytest-xdist would otherwise hand out the
 # modules with the most tests first (the default pool, 2 tests, last).
 LONGEST_FIRST = (
@@ -70,6 +71,7 @@ LONGEST_FIRST = (
     "test_study",
     "test_slurm",
     "test_hub",
+    "test_engine",
     "test_side_by_side",
     "test_reference_judge",
     "test_export",

@@ -30,7 +30,7 @@ LOCAL_RULES = {
 
 def _rules() -> dict[str, str]:
     """Rule name -> its body, from every rules/*.smk: ``rule <name>:``, and a rule defined in a
-    loop (one per pool: ``for ... in pool_rules("<name>")``, or ``name:`` then a literal)."""
+    loop (one per pool: ``for ... in model_rules("<name>")``, or ``name:`` then a literal)."""
     out = {}
     for path in RULE_FILES:
         # top-level statements: a rule, or a loop whose body defines rules
@@ -39,7 +39,7 @@ def _rules() -> dict[str, str]:
             if named:
                 out[named.group(1)] = chunk[named.end() :]
             elif re.search(r"^\s+rule:\n", chunk, flags=re.M):
-                stage = re.search(r'pool_rules\("(\w+)"', chunk) or re.search(r'name:\s+\(?"(\w+)"', chunk)
+                stage = re.search(r'model_rules\("(\w+)"', chunk) or re.search(r'name:\s+\(?"(\w+)"', chunk)
                 out[stage.group(1)] = chunk
     return out
 
@@ -59,8 +59,9 @@ def test_every_rule_declares_its_env_and_where_it_runs():
     for name, body in rules.items():
         assert "conda:" in body, f"rule {name} names no conda env"
         assert "slurm_extra" not in body, f"rule {name}: GPUs go through the gpu resource"
-    for name in MODEL_RULES:
-        assert "stage_resources(" in rules[name], f"model rule {name} must declare gpu/mem/runtime"
+    for name in MODEL_RULES:  # stage_resources, itself or through model_rules
+        declared = re.search(r"stage_resources\(|_rule\.resources", rules[name])
+        assert declared, f"model rule {name} must declare gpu/mem/runtime"
         assert "localrule: True" not in rules[name]
     for name in LOCAL_RULES:
         assert "localrule: True" in rules[name], f"small rule {name} should run locally"

@@ -38,8 +38,9 @@ from sparta.settings import JudgeSettings
 
 from .helpers import served_model
 
-# every defence on (datamarking is off by default: see test_the_default_defences)
-DEFAULT = JudgeSettings(mode="expected", max_length=1024, batch_size=4, datamark=True)
+# every defence on (secret labels and datamarking are off by default: see
+# test_the_default_defences)
+DEFAULT = JudgeSettings(mode="expected", max_length=1024, batch_size=4, datamark=True, secret_labels=True)
 OFF = replace(DEFAULT, secret_labels=False, datamark=False, plain_text=False, sanitize=False, fence=False)
 SANITIZING = replace(DEFAULT, sanitize=True)
 DEV = Path(__file__).resolve().parents[1] / "benchmarks" / "attacks_dev.jsonl"
@@ -167,9 +168,12 @@ def test_the_monitor_flags_and_alters_nothing_by_default(tiny):
 
 
 def test_the_default_defences():
-    """Secret labels, plain-text tokens and the fence by default; datamarking is a switch, off
-    (on SmolLM2-135M judges it cost label accuracy and stopped no attack family: README)."""
-    assert defences(JudgeSettings(mode="expected")) == "secret_labels,plain_text,fence"
+    """Plain-text tokens and the fence by default; secret labels and datamarking are switches,
+    off: a defence is on by default only where a measurement showed it harmless to label
+    accuracy (256 duels, SmolLM2-135M judge: plain-text +0.0 [+0.0, +0.0], fence -1.2
+    [-3.5, +1.2]; secret labels -3.9 [-12.5, +4.7] and datamarking -0.8 [-6.2, +4.7] reach
+    below -5 points; docs: Results)."""
+    assert defences(JudgeSettings(mode="expected")) == "plain_text,fence"
     assert not altered("x  y", present("x  y", JudgeSettings()), JudgeSettings())
     assert "\u00ac" not in present("a b c", JudgeSettings())
 

@@ -1,4 +1,4 @@
-"""Integrity of finished files (sparta/integrity.py): recorded when a job succeeds, checked
+"""Integrity of finished files (sparta/engine/integrity.py): recorded when a job succeeds, checked
 when a run starts; a damaged file is reported and rebuilt with what depends on it."""
 
 import os
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparta import integrity
+from sparta.engine import integrity
 
 from .workflow_helpers import run_snakemake
 
@@ -70,7 +70,7 @@ def test_a_damaged_table_is_reported_and_rebuilt(run_a, tmp_path):
 MINI = """
 import sys
 sys.path.insert(0, {workflow!r})
-from sparta import integrity
+from sparta.engine import integrity
 
 integrity.shared_bases(workflow, ["make_base"])
 

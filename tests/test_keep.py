@@ -1,4 +1,4 @@
-"""A failing rerun keeps the previous outputs (sparta/keep.py): Snakemake would delete a job's
+"""A failing rerun keeps the previous outputs (sparta/engine/keep.py): Snakemake would delete a job's
 finished outputs before rerunning it; sparta moves them aside and puts them back on failure."""
 
 import re
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sparta import keep
+from sparta.engine import keep
 
 from .workflow_helpers import run_snakemake, tiny_config, write_config
 

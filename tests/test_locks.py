@@ -1,4 +1,4 @@
-"""Run locks (sparta/locks.py) with real snakemake processes on a workflow of one job that
+"""Run locks (sparta/engine/locks.py) with real snakemake processes on a workflow of one job that
 waits for a file, so each run ends exactly when the test says: two runs side by side keep
 their own locks whichever ends first, a kill -9 leaves only the dead run's locks to remove,
 a second snakemake on a live run stops naming it. The whole workflow side by side is in
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SNAKEFILE = """
-from sparta import locks
+from sparta.engine import locks
 
 locks.install(workflow, config["run"])
 

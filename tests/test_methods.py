@@ -839,7 +839,7 @@ def test_sparta_judging_on_a_tiny_model(tiny_base):
     assert list(table["judge"]) == ["cat", "cat"] and list(table["target"]) == ["ann", "bob"]
     assert table["score"].between(1, 10).all() and list(table["requests"]) == [1, 1]
     assert list(table["generated_tokens"]) == [0, 0] and (table["prompt_tokens"] > 0).all()
-    assert set(table["defences"]) == {"secret_labels,plain_text,fence"}
+    assert set(table["defences"]) == {"plain_text,fence"}
     run = _judge_run(duels, resp, cfg, BaselineSettings(), backend, specs[:2])
     method.judge(run)
     assert run.table(method).empty

@@ -1,5 +1,5 @@
 """Planning: the rules that can produce a file, found by the outputs' constant suffixes
-(sparta/planning.py), are Snakemake's own answer; rule all's short target (rules/common.smk,
+(sparta/engine/planning.py), are Snakemake's own answer; rule all's short target (rules/common.smk,
 target_of) plans the same jobs as every artifact asked for; and the rules a study's pools and
 round counts get."""
 
@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from sparta.planning import CHECK_VARIABLE
+from sparta.engine.planning import CHECK_VARIABLE
 
 from .test_study import study_config
 from .workflow_helpers import REPO, write_config
@@ -38,6 +38,7 @@ def test_the_suffix_index_finds_snakemake_s_producers_for_every_file(tmp_path, t
     is the same with either. The checked plan asks for every artifact of every run
     (SPARTA_FULL_TARGET=1), the plain one for rule all's short target: the same jobs."""
     cfg = study_config(tiny_base, methods=("sparta", "spin"), other_pool=True)
+    cfg["judge"]["max_length"] = 1024  # the tiny base's context (a plan runs no judge)
     cfg["study"]["experiments"]["two_rounds"] = {"matchmaking": {"rounds_per_iteration": 2}}
     for fanout in ("pool", "member"):
         cfg["fanout"] = cfg["dpo_fanout"] = fanout
@@ -71,7 +72,7 @@ def test_signatures_are_remembered_per_function_as_snakemake_reads_them():
     import snakemake.common
     import snakemake.rules
 
-    from sparta import planning
+    from sparta.engine import planning
 
     def needs_input(wildcards, input, threads=1):
         return []
@@ -105,7 +106,7 @@ class _Job:
 
 
 def test_the_directory_output_check_answers_as_snakemake_s(tmp_path, monkeypatch):
-    """sparta.planning.check_directory_outputs against Snakemake's own method on the same
+    """sparta.engine.planning.check_directory_outputs against Snakemake's own method on the same
     jobs: nested outputs of two jobs (stops, naming both), of one job (passes), siblings,
     a name that only starts like a folder, relative and absolute spellings of one folder,
     "." components and a file two jobs write."""
@@ -115,7 +116,7 @@ def test_the_directory_output_check_answers_as_snakemake_s(tmp_path, monkeypatch
     from snakemake.dag import DAG
     from snakemake.exceptions import ChildIOException
 
-    from sparta import planning
+    from sparta.engine import planning
 
     monkeypatch.chdir(tmp_path)
     planning.install()

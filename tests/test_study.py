@@ -10,6 +10,7 @@ import pytest
 
 from sparta import tables
 
+from .tiny import build_tiny_model
 from .workflow_helpers import REPO, run_snakemake, tiny_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -26,9 +27,10 @@ def study_config(base, methods=METHODS, seeds=(3,), other_pool=False) -> dict:
         "tiny-study",
         iterations=1,
         prompts={"per_iteration": 3, "reference_column": "solution"},
-        # the additive self-rewarding prompt (the default) is ~800 tokens on the tiny model's
-        # near character-level tokenizer (~300 on a real one): a budget that fits it
-        judge={"max_new_tokens": 6, "max_length": 1024},  # the tiny base's context
+        # the additive self-rewarding prompt (the paper's text, the default) is over 1,000
+        # tokens on the tiny model's near character-level tokenizer (350 on SmolLM2's): a
+        # budget that fits it, on a base of that context (study_base)
+        judge={"max_new_tokens": 6, "max_length": 2048},
         baselines={"samples": 2},
         evaluation={"checkpoints": "final", "select_from": "final"},
     )
@@ -40,9 +42,15 @@ def study_config(base, methods=METHODS, seeds=(3,), other_pool=False) -> dict:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory, tiny_base):
+def study_base(tmp_path_factory):
+    """The tiny base with a context of 2,048 tokens (the judge budget of study_config)."""
+    return build_tiny_model(tmp_path_factory.mktemp("study_base") / "model", context=2048)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, study_base):
     root = tmp_path_factory.mktemp("study")
-    cfg = study_config(tiny_base, other_pool=True)
+    cfg = study_config(study_base, other_pool=True)
     for name, overlay in cfg["study"]["experiments"].items():
         if name not in ANALYZED:
             overlay["analysis"] = {"enabled": False}
@@ -83,14 +91,14 @@ def test_every_method_writes_the_same_tables(study):
     assert set(sppo["judge"]) == {"annotator"} and sppo["score"].between(1, 10).all()
 
 
-def test_the_initial_pool_is_built_once_per_seed(study, tiny_base, tmp_path):
+def test_the_initial_pool_is_built_once_per_seed(study, study_base, tmp_path):
     out, proc = study
     shared = out / "_init-seed3"
     assert (shared / "iter_0/members/ann/adapter/adapter_model.safetensors").is_file()
     assert not any((out / f"{m}-seed3" / "iter_0" / "members").exists() for m in METHODS)
     assert len(list((shared / "evaluation/checkpoint_0").glob("*.parquet"))) == 4  # and spin_other's dan
     # a study of two experiments and two seeds: two SFT members, so 4 SFT jobs, not 8
-    cfg = write_config(tmp_path, study_config(tiny_base, ("sparta", "spin"), seeds=(1, 2)))
+    cfg = write_config(tmp_path, study_config(study_base, ("sparta", "spin"), seeds=(1, 2)))
     dry = subprocess.run(
         [
             sys.executable,

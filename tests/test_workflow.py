@@ -253,8 +253,8 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     log ends with the file to fix, and that job's finished outputs are kept. Once the bad
     file is deleted (and a finished member's weights too), the same command rebuilds exactly
     what is missing: every table and adapter equals the undamaged run's, byte for byte."""
-    from sparta import integrity
     from sparta.cli import main
+    from sparta.engine import integrity
 
     work = tmp_path / "work"
     shutil.copytree(run_a[0], work, symlinks=True)
@@ -272,7 +272,7 @@ def test_a_damaged_run_fails_with_the_file_named_then_rebuilds_exactly(run_a, tm
     ]
     assert "judgments/ann.parquet is not a judgments table: missing column(s) ['score']" in log[-1], log[-3:]
     assert "Traceback" in "\n".join(log)
-    # the failed job's previous outputs are back, unchanged (sparta/keep.py)
+    # the failed job's previous outputs are back, unchanged (sparta/engine/keep.py)
     finished = run_a[0] / (rnd / "state.parquet").relative_to(work)
     assert (rnd / "state.parquet").read_bytes() == finished.read_bytes()
     (rnd / "state.parquet").unlink()

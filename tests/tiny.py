@@ -21,7 +21,9 @@ CORPUS = [
 ]
 
 
-def build_tiny_model(folder: str | Path, seed: int = 0, layers: int = 2, hidden: int = 32) -> Path:
+def build_tiny_model(
+    folder: str | Path, seed: int = 0, layers: int = 2, hidden: int = 32, context: int = 1024
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -53,7 +55,7 @@ def build_tiny_model(folder: str | Path, seed: int = 0, layers: int = 2, hidden:
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=context,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,

@@ -8,7 +8,8 @@ from sparta.chat import chat_ids
 from sparta.jobs import as_list, by_base, served_members
 from sparta.logs import setup
 from sparta.methods import samples_per_prompt
-from sparta.settings import derive_seed, job_settings
+from sparta.seeds import derive_seed
+from sparta.settings import job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)

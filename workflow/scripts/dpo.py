@@ -8,7 +8,8 @@ from sparta.jobs import as_list
 from sparta.logs import setup
 from sparta.members import RESULTS, MemberSpec
 from sparta.methods import get
-from sparta.settings import derive_seed, job_settings
+from sparta.seeds import derive_seed
+from sparta.settings import job_settings
 from sparta.train import Tracking, dpo_members, training_log
 
 sm = snakemake  # noqa: F821

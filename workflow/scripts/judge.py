@@ -8,7 +8,8 @@ from sparta.judging import defences
 from sparta.logs import setup
 from sparta.methods import JudgeRun, get
 from sparta.methods.meta_rewarding import NOT_ASKED
-from sparta.settings import derive_seed, job_settings
+from sparta.seeds import derive_seed
+from sparta.settings import job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)

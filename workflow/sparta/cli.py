@@ -323,7 +323,8 @@ def _print(result, as_json: bool) -> None:
         print(f"    judge {j['judge']:<14} on {j['target']:<14} {score:>6}  {j['error'] or ''} {raw}")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The ``sparta`` command's parser (the CLI reference page is generated from it)."""
     ap = argparse.ArgumentParser(prog="sparta", description="Inspect a Sparta run.")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pairs", help="list the preference pairs of an iteration")
@@ -354,6 +355,16 @@ def main(argv=None) -> int:
         help="merged over the base, in order (several files, as snakemake's --configfile)",
     )
     e = sub.add_parser("export", help="a member as a PEFT adapter folder or a merged model folder")
+    _export_arguments(e)
+    k = sub.add_parser("compare", help="a study's comparison table with its intervals")
+    k.add_argument("study", help="results/<study>")
+    for command in (p, s, d, c, e, k):
+        command.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return ap
+
+
+def _export_arguments(e: argparse.ArgumentParser) -> None:
+    """The arguments of ``sparta export``."""
     e.add_argument("run", help="results/<experiment>")
     e.add_argument("out", help="a new folder")
     e.add_argument("--member", help="the member to export")
@@ -371,11 +382,10 @@ def main(argv=None) -> int:
     e.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard of a merged model")
     e.add_argument("--push", metavar="ORG/NAME", help="upload the folder to this hub repo (network, token)")
     e.add_argument("--private", action="store_true", help="with --push: create the repository private")
-    k = sub.add_parser("compare", help="a study's comparison table with its intervals")
-    k.add_argument("study", help="results/<study>")
-    for parser in (p, s, d, c, e, k):
-        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     commands = {
         "pairs": cmd_pairs,
         "standings": cmd_standings,

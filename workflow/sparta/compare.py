@@ -42,6 +42,8 @@ Power, one question per column (80% power, two-sided, from the observed variance
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
@@ -265,7 +267,10 @@ def seed_minimum_detectable_difference(
 
     def shortfall(delta: float) -> float:
         nc = delta * np.sqrt(n) / sd
-        return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc)) - power
+        # scipy's noncentral t gives NaN far in a tail, where the probability is about 0
+        upper = float(np.nan_to_num(stats.nct.sf(crit, df, nc), nan=1.0 if nc > crit else 0.0))
+        lower = float(np.nan_to_num(stats.nct.cdf(-crit, df, nc), nan=0.0))
+        return upper + lower - power
 
     high = sd
     while shortfall(high) < 0:
@@ -355,8 +360,45 @@ def comparison(
     else:
         tasks = sorted({t for ev in [*evaluations.values(), *inits.values()] for t in ev["task"]})
     experiments = list(dict.fromkeys(runs["experiment"]))
+    pool_of, pool_label = _initial_pools(run_list, inits, experiments)
+    init_rows = list(pool_label.values())
+    picks = _Picks(tasks, run_list, inits, evaluations, {e: pool_label[pool_of[e]] for e in experiments})
+    picks.collect(select_from)
 
-    # the initial pools (by members), one best-init row each; the most shared one is "best init"
+    reference = "sparta" if "sparta" in experiments else None
+    # a pool-size experiment's own best init is its reference, compared with Sparta only as
+    # Sparta's own best init is (the mirror of sparta vs best init): one comparison per pool fewer
+    reference_init = pool_label[pool_of[reference]] if reference else None
+    out, keys = [], []  # keys: per row and comparison, the unordered pair compared (its family key)
+    seed_diffs = []  # per row and comparison, each seed's difference (the seed-level MDE)
+    for task in tasks:
+        for label in [*init_rows, *experiments]:
+            seeds_items = picks.scores.get((task, label), {})
+            if not seeds_items:
+                continue
+            is_init = label in init_rows
+            row = _row(
+                task, label, seeds_items, picks.chosen[(task, label)], picks.how.get(label, ()), is_init
+            )
+            row_keys, row_seeds = {}, {}
+            for name, (other, ref) in picks.others(task, label, is_init, reference, reference_init).items():
+                diffs = _diffs(seeds_items, other)
+                columns, seed_means = _compared(name, diffs, replicates)
+                row.update(columns)
+                row_keys[name] = (task, frozenset((label, ref))) if diffs else None
+                row_seeds[name] = seed_means
+            out.append(row)
+            keys.append(row_keys)
+            seed_diffs.append(row_seeds)
+    table = pd.DataFrame(out)
+    return _adjust(table, keys, seed_diffs)
+
+
+def _initial_pools(
+    run_list: list, inits: dict[str, pd.DataFrame], experiments: list[str]
+) -> tuple[dict[str, frozenset], dict[frozenset, str]]:
+    """The initial pools (by members), one best-init row each: each experiment's pool, and each
+    pool's row label; the most shared pool is "best init", the others name their experiments."""
     pool_of = {
         exp: frozenset(m for r in run_list if r.experiment == exp for m in inits[r.run]["member"])
         for exp in experiments
@@ -369,96 +411,107 @@ def comparison(
         k: BEST_INIT if i == 0 else f"{BEST_INIT} ({', '.join(sorted(sharing[k]))})"
         for i, k in enumerate(ranked)
     }
-    init_rows = [pool_label[k] for k in ranked]
+    return pool_of, pool_label
 
-    # per (task, row): seed -> test items, seed -> "member@checkpoint"; per (task, experiment):
-    # seed -> its run's own best init
-    scores: dict[tuple[str, str], dict[int, pd.Series]] = {}
-    chosen: dict[tuple[str, str], dict[int, str]] = {}
-    own_init: dict[tuple[str, str], dict[int, pd.Series]] = {}
-    how: dict[str, set[str]] = {}
-    for task in tasks:
-        for r in sorted(run_list, key=lambda r: str(r.run)):
-            s, init = int(r.seed), inits[r.run]
-            first = best_checkpoint(init, task)
-            if first is not None:
-                items = _tested(init, first, task, r.run)
-                own_init.setdefault((task, r.experiment), {})[s] = items
-                label = pool_label[pool_of[r.experiment]]
-                if s not in scores.get((task, label), {}):
-                    scores.setdefault((task, label), {})[s] = items
-                    chosen.setdefault((task, label), {})[s] = f"{first[0]}@{first[1]}"
-            mode = getattr(r, "select_from", None)
-            mode = select_from if mode is None or (np.isscalar(mode) and pd.isna(mode)) else str(mode)
-            how.setdefault(r.experiment, set()).add(mode)
-            pool = candidates(evaluations[r.run], init, task, mode)
-            pick = best_checkpoint(pool, task)
-            if pick is not None:
-                scores.setdefault((task, r.experiment), {})[s] = _tested(pool, pick, task, r.run)
-                chosen.setdefault((task, r.experiment), {})[s] = f"{pick[0]}@{pick[1]}"
 
-    reference = "sparta" if "sparta" in experiments else None
-    # a pool-size experiment's own best init is its reference, compared with Sparta only as
-    # Sparta's own best init is (the mirror of sparta vs best init): one comparison per pool fewer
-    reference_init = pool_label[pool_of[reference]] if reference else None
-    out, keys = [], []  # keys: per row and comparison, the unordered pair compared (its family key)
-    seed_diffs = []  # per row and comparison, each seed's difference (the seed-level MDE)
-    for task in tasks:
-        for label in [*init_rows, *experiments]:
-            seeds_items = scores.get((task, label), {})
-            if not seeds_items:
-                continue
-            is_init = label in init_rows
-            means = {s: float(v.mean()) for s, v in seeds_items.items()}
-            row = {
-                "task": task,
-                "experiment": label,
-                "seeds": len(seeds_items),
-                "items": int(np.mean([len(v) for v in seeds_items.values()])),
-                "test": float(np.mean(list(means.values()))),
-                "test_sd": float(np.std(list(means.values()), ddof=1)) if len(means) > 1 else float("nan"),
-                "select_from": "initial" if is_init else ",".join(sorted(how[label])),
-                "selected": _joined(chosen[(task, label)]),
-                "test_per_seed": _joined({s: f"{m:.4f}" for s, m in means.items()}),
-            }
-            row_keys, row_seeds = {}, {}
-            for name in COMPARISONS:
-                if name == "vs_best_init":
-                    other = {} if is_init else own_init.get((task, label), {})
-                    ref = None if is_init else pool_label[pool_of[label]]
-                else:
-                    compared = reference not in (None, label) and (not is_init or label == reference_init)
-                    other = scores.get((task, reference), {}) if compared else {}
-                    ref = reference
-                diffs = _diffs(seeds_items, other)
-                d, low, high, p = (
-                    paired_bootstrap(list(diffs.values()), replicates) if diffs else (np.nan,) * 4
-                )
-                seed_means = [float(v.mean()) for v in diffs.values()]
-                if len(seed_means) >= MIN_SEEDS_FOR_SEED_INTERVAL:
-                    _, s_low, s_high, s_p = seed_interval(seed_means)
-                else:
-                    s_low = s_high = s_p = float("nan")
-                row.update(
-                    {
-                        name: d,
-                        f"{name}_low": low,
-                        f"{name}_high": high,
-                        f"{name}_p": p,
-                        f"{name}_per_seed": _joined({s: f"{v.mean():+.4f}" for s, v in diffs.items()}),
-                        f"{name}_seed_low": s_low,
-                        f"{name}_seed_high": s_high,
-                        f"{name}_seed_p": s_p,
-                        f"{name}_mde": minimum_detectable_difference(list(diffs.values())),
-                    }
-                )
-                row_keys[name] = (task, frozenset((label, ref))) if diffs else None
-                row_seeds[name] = seed_means if len(seed_means) >= MIN_SEEDS_FOR_SEED_INTERVAL else []
-            out.append(row)
-            keys.append(row_keys)
-            seed_diffs.append(row_seeds)
-    table = pd.DataFrame(out)
-    return _adjust(table, keys, seed_diffs)
+@dataclasses.dataclass
+class _Picks:
+    """What each row compares, per (task, row label): seed -> the pick's test items
+    (``scores``) and seed -> "member@checkpoint" (``chosen``); per (task, experiment): seed ->
+    its run's own best init (``own_init``); per experiment, how its runs selected (``how``)."""
+
+    tasks: list[str]
+    run_list: list
+    inits: dict[str, pd.DataFrame]
+    evaluations: dict[str, pd.DataFrame]
+    init_label: dict[str, str]  # experiment -> the row label of its initial pool
+    scores: dict[tuple[str, str], dict[int, pd.Series]] = dataclasses.field(default_factory=dict)
+    chosen: dict[tuple[str, str], dict[int, str]] = dataclasses.field(default_factory=dict)
+    own_init: dict[tuple[str, str], dict[int, pd.Series]] = dataclasses.field(default_factory=dict)
+    how: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+
+    def collect(self, select_from: str) -> None:
+        for task in self.tasks:
+            for r in sorted(self.run_list, key=lambda r: str(r.run)):
+                self._initial(task, r)
+                mode = getattr(r, "select_from", None)
+                mode = select_from if mode is None or (np.isscalar(mode) and pd.isna(mode)) else str(mode)
+                self.how.setdefault(r.experiment, set()).add(mode)
+                pool = candidates(self.evaluations[r.run], self.inits[r.run], task, mode)
+                pick = best_checkpoint(pool, task)
+                if pick is not None:
+                    self._add((task, r.experiment), int(r.seed), _tested(pool, pick, task, r.run), pick)
+
+    def _initial(self, task: str, r) -> None:
+        """A run's best init: its experiment's own, and its pool's row (the first run of a seed)."""
+        s, init = int(r.seed), self.inits[r.run]
+        first = best_checkpoint(init, task)
+        if first is None:
+            return
+        items = _tested(init, first, task, r.run)
+        self.own_init.setdefault((task, r.experiment), {})[s] = items
+        label = self.init_label[r.experiment]
+        if s not in self.scores.get((task, label), {}):
+            self._add((task, label), s, items, first)
+
+    def others(
+        self, task: str, label: str, is_init: bool, reference: str | None, reference_init: str | None
+    ) -> dict[str, tuple[dict[int, pd.Series], str | None]]:
+        """Per comparison (:data:`COMPARISONS`) of a row, what it is held against: seed -> test
+        items (empty: not compared), and the label of the row compared."""
+        compared = reference not in (None, label) and (not is_init or label == reference_init)
+        own = ({}, None) if is_init else (self.own_init.get((task, label), {}), self.init_label[label])
+        return {
+            "vs_best_init": own,
+            "vs_sparta": (self.scores.get((task, reference), {}) if compared else {}, reference),
+        }
+
+    def _add(self, key: tuple[str, str], seed: int, items: pd.Series, pick: tuple[str, int]) -> None:
+        self.scores.setdefault(key, {})[seed] = items
+        self.chosen.setdefault(key, {})[seed] = f"{pick[0]}@{pick[1]}"
+
+
+def _row(
+    task: str, label: str, seeds_items: dict[int, pd.Series], chosen: dict[int, str], how, is_init: bool
+) -> dict:
+    """A row's own columns: seeds, items, the test score over seeds and per seed, the picks."""
+    means = {s: float(v.mean()) for s, v in seeds_items.items()}
+    return {
+        "task": task,
+        "experiment": label,
+        "seeds": len(seeds_items),
+        "items": int(np.mean([len(v) for v in seeds_items.values()])),
+        "test": float(np.mean(list(means.values()))),
+        "test_sd": float(np.std(list(means.values()), ddof=1)) if len(means) > 1 else float("nan"),
+        "select_from": "initial" if is_init else ",".join(sorted(how)),
+        "selected": _joined(chosen),
+        "test_per_seed": _joined({s: f"{m:.4f}" for s, m in means.items()}),
+    }
+
+
+def _compared(name: str, diffs: dict[int, np.ndarray], replicates: int) -> tuple[dict, list[float]]:
+    """A comparison's columns (paired bootstrap over items, the seed-level interval, the MDE)
+    from each seed's paired differences, and the seeds' mean differences when there are enough
+    seeds for the seed level (else none)."""
+    d, low, high, p = paired_bootstrap(list(diffs.values()), replicates) if diffs else (np.nan,) * 4
+    seed_means = [float(v.mean()) for v in diffs.values()]
+    enough = len(seed_means) >= MIN_SEEDS_FOR_SEED_INTERVAL
+    if enough:
+        _, s_low, s_high, s_p = seed_interval(seed_means)
+    else:
+        s_low = s_high = s_p = float("nan")
+    columns = {
+        name: d,
+        f"{name}_low": low,
+        f"{name}_high": high,
+        f"{name}_p": p,
+        f"{name}_per_seed": _joined({s: f"{v.mean():+.4f}" for s, v in diffs.items()}),
+        f"{name}_seed_low": s_low,
+        f"{name}_seed_high": s_high,
+        f"{name}_seed_p": s_p,
+        f"{name}_mde": minimum_detectable_difference(list(diffs.values())),
+    }
+    return columns, seed_means if enough else []
 
 
 def _tested(evaluation: pd.DataFrame, pick: tuple[str, int], task: str, run: str) -> pd.Series:
@@ -608,17 +661,7 @@ def format_table(table: pd.DataFrame) -> str:
             "mirror once; a pool's own best init is not compared with sparta)."
         )
         lines.append("")
-        lines.append("  per seed (each training run's own result; selected member@checkpoint):")
-        head = f"{'selected':<14}{'test':>8}{'vs best init':>15}{'vs sparta':>12}"
-        lines.append(f"  {'experiment':<20}{'seed':>6}  {head}")
-        for r in g.itertuples(index=False):
-            test, sel = per_seed(r.test_per_seed), per_seed(r.selected)
-            vb, vs = per_seed(r.vs_best_init_per_seed), per_seed(r.vs_sparta_per_seed)
-            for s in sorted(test):
-                lines.append(
-                    f"  {r.experiment:<20}{s:>6}  {sel.get(s, ''):<14}{float(test[s]):>8.3f}"
-                    f"{vb.get(s, ''):>15}{vs.get(s, ''):>12}"
-                )
+        lines.extend(_per_seed_lines(g))
         if g[[f"{n}_seed_low" for n in COMPARISONS]].notna().any().any():
             lines.append("")
             lines.append(
@@ -633,6 +676,23 @@ def format_table(table: pd.DataFrame) -> str:
         lines.extend(_mde_lines(g, n_items, n_seeds, family))
         lines.append("")
     return "\n".join(lines)
+
+
+def _per_seed_lines(g: pd.DataFrame) -> list[str]:
+    """Each training run's own result in one task: its selected member@checkpoint, test score
+    and differences."""
+    lines = ["  per seed (each training run's own result; selected member@checkpoint):"]
+    head = f"{'selected':<14}{'test':>8}{'vs best init':>15}{'vs sparta':>12}"
+    lines.append(f"  {'experiment':<20}{'seed':>6}  {head}")
+    for r in g.itertuples(index=False):
+        test, sel = per_seed(r.test_per_seed), per_seed(r.selected)
+        vb, vs = per_seed(r.vs_best_init_per_seed), per_seed(r.vs_sparta_per_seed)
+        for s in sorted(test):
+            lines.append(
+                f"  {r.experiment:<20}{s:>6}  {sel.get(s, ''):<14}{float(test[s]):>8.3f}"
+                f"{vb.get(s, ''):>15}{vs.get(s, ''):>12}"
+            )
+    return lines
 
 
 def _mde_lines(g: pd.DataFrame, n_items: int, n_seeds: int, family: int) -> list[str]:

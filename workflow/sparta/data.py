@@ -167,34 +167,26 @@ def read_prompt_file(
     path = Path(path)
     df, records = _read_table(path, "prompt file", "prompts.file")
     if where and len(df):
-        keep = rows_where(df, where, f"prompt file {path}: where")
-        if records is not None and len(records) == len(df):
-            records = [r for r, k in zip(records, keep.tolist()) if k]
-        df = df.loc[keep].reset_index(drop=True)
-        if len(df) == 0:
-            raise PromptFileError(f"prompt file {path}: no row matches where {where}")
+        df, records = _matching(df, records, where, path)
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
-    for key, col in (
-        ("prompts.prompt_column", prompt_column),
-        ("prompts.answer_column", answer_column),
-        ("prompts.id_column", id_column),
-        ("prompts.reference_column", reference_column),
-    ):
+    columns = {
+        "prompt": prompt_column,
+        "answer": answer_column,
+        "id": id_column,
+        "reference": reference_column,
+    }
+    for name, col in columns.items():
         if col is not None and col not in df.columns:
             raise PromptFileError(
-                f"prompt file {path} has no column {col!r} ({key}); columns are {list(df.columns)}"
+                f"prompt file {path} has no column {col!r} (prompts.{name}_column); "
+                f"columns are {list(df.columns)}"
             )
     _check_text(df, records, prompt_column, path, path.suffix.lower(), "prompts.prompt_column")
     if id_column is not None and df[id_column].isna().any():
         rows = [int(i) + 1 for i in df.index[df[id_column].isna()][:5]]
         raise PromptFileError(f"prompt file {path}: column {id_column!r} is empty (null) in row(s) {rows}")
-    if records is not None and len(records) == len(df):  # the text as written ("123", not 123.0)
-        prompts = pd.Series([record[prompt_column] for _, record in records], index=df.index)
-    else:
-        prompts = df[prompt_column].astype(str)
-    if template is not None:
-        prompts = pd.Series(_filled(template, df, path), index=df.index)
+    prompts = _prompt_texts(df, records, prompt_column, template, path)
     ids = df[id_column].astype(str) if id_column else pd.Series([f"q{i:06d}" for i in range(len(df))])
     if ids.duplicated().any():
         raise PromptFileError(f"prompt file {path}: ids in column {id_column!r} repeat")
@@ -216,6 +208,27 @@ def read_prompt_file(
             "reference": references,
         }
     )
+
+
+def _prompt_texts(df: pd.DataFrame, records, column: str, template: str | None, path: Path) -> pd.Series:
+    """Each row's prompt: ``template`` filled with its columns, or the column's text as the file
+    wrote it ("123", not 123.0)."""
+    if template is not None:
+        return pd.Series(_filled(template, df, path), index=df.index)
+    if records is not None and len(records) == len(df):
+        return pd.Series([record[column] for _, record in records], index=df.index)
+    return df[column].astype(str)
+
+
+def _matching(df: pd.DataFrame, records, where: dict, path: Path) -> tuple[pd.DataFrame, list | None]:
+    """The rows of a prompt file (and their records as written) that match ``where``."""
+    keep = rows_where(df, where, f"prompt file {path}: where")
+    if records is not None and len(records) == len(df):
+        records = [r for r, k in zip(records, keep.tolist()) if k]
+    df = df.loc[keep].reset_index(drop=True)
+    if len(df) == 0:
+        raise PromptFileError(f"prompt file {path}: no row matches where {where}")
+    return df, records
 
 
 def _filled(template: str, df: pd.DataFrame, path: Path) -> list[str]:

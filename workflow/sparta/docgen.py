@@ -417,28 +417,11 @@ def tables_page() -> str:
 # --- the CLI reference --------------------------------------------------------------------------------
 
 
-class _Parser(Exception):
-    def __init__(self, parser: argparse.ArgumentParser):
-        self.parser = parser
-
-
 def cli_parser() -> argparse.ArgumentParser:
-    """The ``sparta`` command's parser, as :func:`sparta.cli.main` builds it: ``main`` makes
-    its parser inline, so it is caught at its ``parse_args`` call and nothing runs."""
+    """The ``sparta`` command's parser (:func:`sparta.cli.parser`)."""
     from . import cli
 
-    def caught(self, *args, **kwargs):
-        raise _Parser(self)
-
-    original = argparse.ArgumentParser.parse_args
-    argparse.ArgumentParser.parse_args = caught
-    try:
-        cli.main([])
-    except _Parser as found:
-        return found.parser
-    finally:
-        argparse.ArgumentParser.parse_args = original
-    raise RuntimeError("sparta.cli.main built no parser")
+    return cli.parser()
 
 
 def _metavar(action: argparse.Action) -> str:
@@ -516,21 +499,31 @@ def cli_page() -> str:
 def figure(path: Path = FIGURE) -> Path:
     """Eq. (1)'s three factors and the down-weighting schedule, computed by the code that
     runs them (:mod:`sparta.reputation`), as an SVG."""
-    import math
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
-
-    from .reputation import PoolState, ReputationSettings, begin_iteration, kappa
 
     matplotlib.rcParams.update({"svg.hashsalt": "sparta", "font.size": 9})
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.4), constrained_layout=True)
+    _surprise_panel(axes[0, 0])
+    _deviation_panel(axes[0, 1])
+    _kappa_panel(axes[1, 0])
+    _downweighting_panel(axes[1, 1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return path
 
-    # (a) the surprise term against the reputation difference, for several deviations
-    ax = axes[0, 0]
+
+def _surprise_panel(ax) -> None:
+    """(a) the surprise term against the reputation difference, for several deviations."""
+    import math
+
+    import numpy as np
+
+    from .reputation import ReputationSettings
+
     sparta = ReputationSettings()
     diff = np.linspace(-3, 3, 601)
     for s in (0.1, 0.5, 1.0, 2.0):
@@ -544,8 +537,14 @@ def figure(path: Path = FIGURE) -> Path:
     )
     ax.legend(frameon=False)
 
-    # (b) tanh of the deviation
-    ax = axes[0, 1]
+
+def _deviation_panel(ax) -> None:
+    """(b) tanh of the deviation."""
+    import numpy as np
+
+    from .reputation import ReputationSettings
+
+    sparta = ReputationSettings()
     sigma = np.linspace(0, 3, 301)
     ax.plot(sigma, np.tanh(np.maximum(sigma, sparta.sigma_min)))
     ax.axvline(sparta.sigma_min, color="grey", lw=0.8, ls=":")
@@ -556,8 +555,13 @@ def figure(path: Path = FIGURE) -> Path:
         title="(b) deviation term ($\\sigma_{min}$ dotted, initial $\\sigma$ dashed)",
     )
 
-    # (c) kappa over the duels of an iteration, per preset
-    ax = axes[1, 0]
+
+def _kappa_panel(ax) -> None:
+    """(c) kappa over the duels of an iteration, per preset."""
+    import numpy as np
+
+    from .reputation import ReputationSettings, kappa
+
     n = np.arange(1, 201)
     for name in ("sparta", "paper"):
         params = ReputationSettings.preset(name)
@@ -570,8 +574,11 @@ def figure(path: Path = FIGURE) -> Path:
     )
     ax.legend(frameon=False)
 
-    # (d) down-weighting of 10 members over 8 iterations: who gets which weight from when
-    ax = axes[1, 1]
+
+def _downweighting_panel(ax) -> None:
+    """(d) down-weighting of 10 members over 8 iterations: who gets which weight from when."""
+    from .reputation import PoolState, ReputationSettings, begin_iteration
+
     members = [f"m{k}" for k in range(10)]
     for name, style, marker, shift in (("sparta", "-", "o", 0.0), ("authors", "--", "s", 0.015)):
         params = ReputationSettings.preset(name)
@@ -593,11 +600,6 @@ def figure(path: Path = FIGURE) -> Path:
         xlim=(0.8, 8.6),
     )
     ax.legend(frameon=False, loc="upper left")
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
-    return path
 
 
 # --- the command --------------------------------------------------------------------------------------

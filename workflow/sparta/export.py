@@ -27,6 +27,7 @@ import yaml
 from . import hub, layout, tables
 from .files import follow_umask
 from .members import MemberSpec, hub_name, is_hub_id
+from .modelfiles import ModelFileError, gguf_path
 
 SELECTION_STAGES = ("selected", "best final", "best initial")
 PROPORTIONS = ("exact_match", "multiple_choice")
@@ -130,11 +131,9 @@ def base_provenance(run: Path, base: str) -> dict:
         out = {"kind": "gguf", "package": spec["gguf_package"], "file": spec["gguf_file"]}
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out["version"] = importlib.metadata.version(spec["gguf_package"])
-        from .config import ConfigError, gguf_path
-
         try:
             out.update(_gguf_facts(gguf_path(spec["gguf_package"], spec["gguf_file"])))
-        except ConfigError:  # the package is gone since the run: the card says less
+        except ModelFileError:  # the package is gone since the run: the card says less
             pass
         return out
     return {"kind": "folder"}
@@ -260,11 +259,49 @@ def model_card(
     """README.md of an exported member: the Hugging Face metadata block, then what the member
     is, its base and where that comes from, its evaluation scores, how to load it, and the
     run's settings."""
-    from huggingface_hub import ModelCardData
-
     settings = run_settings(run)
     provenance = base_provenance(run, spec.base)
     license_ = base_license(spec.base, provenance)
+    method = settings.get("method", "sparta")
+    metadata = _card_metadata(settings, spec, checkpoint, merged, hub_base, license_)
+    lines = [
+        "---",
+        metadata,
+        "---",
+        "",
+        f"# {spec.name} (iteration {checkpoint}) from the sparta run `{run.resolve().name}`",
+        "",
+        "A member of a pool of language models aligned with Sparta Alignment (collective",
+        "alignment through combat: the members answer prompts, judge each other's answers, and",
+        f"train with DPO on the winners' answers), exported by `sparta export`. Method: {method}.",
+        *_what_it_is(run, settings, spec, checkpoint, merged, dtype),
+        *_base_section(spec, provenance, license_, merged, base_ref, base_digest, hub_base),
+        *_evaluation_section(scores_of(run, spec.name, checkpoint)),
+        *_use_section(settings.get("system_prompt"), merged or spec.adapter is None),
+    ]
+    if settings:
+        lines += [
+            "",
+            "## Settings of the run",
+            "",
+            "```yaml",
+            yaml.safe_dump(settings, sort_keys=False).rstrip(),
+            "```",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _card_metadata(
+    settings: dict,
+    spec: MemberSpec,
+    checkpoint: int,
+    merged: bool,
+    hub_base: str | None,
+    license_: str | None,
+) -> str:
+    """The card's Hugging Face metadata block (YAML): base, relation, license, library, tags."""
+    from huggingface_hub import ModelCardData
+
     method = settings.get("method", "sparta")
     tags = ["sparta", "sparta-alignment"]
     tags += ["dpo"] if checkpoint > 0 else []
@@ -282,47 +319,58 @@ def model_card(
         tags=tags,
         datasets=[prompts] if isinstance(prompts, str) and is_hub_id(prompts) else None,
     )
+    return data.to_yaml().rstrip()
+
+
+def _what_it_is(
+    run: Path, settings: dict, spec: MemberSpec, checkpoint: int, merged: bool, dtype: str | None
+) -> list[str]:
+    """The card's "What it is": run, member, checkpoint, form, and the selections that picked it."""
+    form = (
+        f"merged into its base (plain transformers model, {dtype})"
+        if merged
+        else "PEFT LoRA adapter"
+        if spec.adapter is not None
+        else "its base alone"
+    )
     lines = [
-        "---",
-        data.to_yaml().rstrip(),
-        "---",
-        "",
-        f"# {spec.name} (iteration {checkpoint}) from the sparta run `{run.resolve().name}`",
-        "",
-        "A member of a pool of language models aligned with Sparta Alignment (collective",
-        "alignment through combat: the members answer prompts, judge each other's answers, and",
-        f"train with DPO on the winners' answers), exported by `sparta export`. Method: {method}.",
         "",
         "## What it is",
         "",
         f"- run: `{run.resolve()}` (experiment `{settings.get('experiment', run.name)}`)",
         f"- member: `{spec.name}`, checkpoint {checkpoint} (0 = the initial pool, t = after iteration t"
         f" of {settings.get('iterations', '?')})",
-        "- form: "
-        + (
-            f"merged into its base (plain transformers model, {dtype})"
-            if merged
-            else "PEFT LoRA adapter"
-            if spec.adapter is not None
-            else "its base alone"
-        ),
+        "- form: " + form,
     ]
     picked = selections_of(run, spec.name, checkpoint)
-    if picked:
-        for s in picked:
-            tie = (
-                f"; a {s['tied']}-way tie on validation, broken by the earliest checkpoint, then the"
-                " member's name"
-                if s["tied"] > 1
-                else "; no tie on validation"
-            )
-            lines.append(
-                f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
-                f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"
-            )
-    elif layout.RunFolder(run).at(layout.evaluation_file, layout.SELECTION).exists():
+    for s in picked:
+        tie = (
+            f"; a {s['tied']}-way tie on validation, broken by the earliest checkpoint, then the"
+            " member's name"
+            if s["tied"] > 1
+            else "; no tie on validation"
+        )
+        lines.append(
+            f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
+            f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"
+        )
+    if not picked and layout.RunFolder(run).at(layout.evaluation_file, layout.SELECTION).exists():
         lines.append("- not the evaluation's selection for any task (exported by name)")
-    lines += ["", "## Base model", ""]
+    return lines
+
+
+def _base_section(
+    spec: MemberSpec,
+    provenance: dict,
+    license_: str | None,
+    merged: bool,
+    base_ref: str,
+    base_digest: str | None,
+    hub_base: str | None,
+) -> list[str]:
+    """The card's "Base model": where the base comes from, its digest and license, and what the
+    adapter names as its base."""
+    lines = ["", "## Base model", ""]
     if provenance["kind"] == "hub":
         lines.append(f"- the hub model `{provenance['id']}`")
     else:
@@ -332,18 +380,7 @@ def model_card(
                 f"- content digest (sha256 over the folder's files, as `sparta_export.yaml`): `{base_digest}`"
             )
     if provenance["kind"] == "gguf":
-        version = f" {provenance['version']}" if provenance.get("version") else ""
-        quant = provenance.get("quantization", "quantized")
-        who = " ".join(
-            str(provenance[k]) for k in ("organization", "basename", "size_label") if provenance.get(k)
-        )
-        lines += [
-            f"- converted by sparta from the GGUF file `{provenance['file']}` of the Python package"
-            f" `{provenance['package']}`{version}: a {quant} quantisation"
-            + (f" of {who}" if who else "")
-            + ", dequantized to float32. It is not the original (unquantized) hub model of that name;"
-            " the member was trained on these dequantized weights.",
-        ]
+        lines.append(_gguf_words(provenance))
     if license_:
         lines.append(f"- license of the base: {license_}")
     if not merged and spec.adapter is not None:
@@ -353,42 +390,55 @@ def model_card(
                 f"- `{hub_base}` was named by the exporter (`--base-id`); the member was trained on the"
                 " folder above, which may differ from it (see the digest)"
             )
-    scores = scores_of(run, spec.name, checkpoint)
-    if scores:
-        lines += [
-            "",
-            "## Evaluation",
-            "",
-            "Scores of this checkpoint in the run's evaluation; 95% Wilson interval for scores that are"
-            " a share of examples right.",
-            "",
-            "| task | metric | split | score | 95% interval | n |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in scores:
-            iv = "" if r["interval"] is None else f"{r['interval'][0]:.4f} to {r['interval'][1]:.4f}"
-            lines.append(
-                f"| {r['task']} | {r['metric']} | {r['split']} | {_fmt(r['score'])} | {iv} | {r['n']} |"
-            )
-    system = settings.get("system_prompt")
-    lines += ["", "## Use", ""]
+    return lines
+
+
+def _gguf_words(provenance: dict) -> str:
+    """The line on a base converted from a GGUF file: which file, which quantisation of what."""
+    version = f" {provenance['version']}" if provenance.get("version") else ""
+    quant = provenance.get("quantization", "quantized")
+    who = " ".join(
+        str(provenance[k]) for k in ("organization", "basename", "size_label") if provenance.get(k)
+    )
+    return (
+        f"- converted by sparta from the GGUF file `{provenance['file']}` of the Python package"
+        f" `{provenance['package']}`{version}: a {quant} quantisation"
+        + (f" of {who}" if who else "")
+        + ", dequantized to float32. It is not the original (unquantized) hub model of that name;"
+        " the member was trained on these dequantized weights."
+    )
+
+
+def _evaluation_section(scores: list[dict]) -> list[str]:
+    """The card's "Evaluation" table (nothing when the run has no scores for the member)."""
+    if not scores:
+        return []
+    lines = [
+        "",
+        "## Evaluation",
+        "",
+        "Scores of this checkpoint in the run's evaluation; 95% Wilson interval for scores that are"
+        " a share of examples right.",
+        "",
+        "| task | metric | split | score | 95% interval | n |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in scores:
+        iv = "" if r["interval"] is None else f"{r['interval'][0]:.4f} to {r['interval'][1]:.4f}"
+        lines.append(f"| {r['task']} | {r['metric']} | {r['split']} | {_fmt(r['score'])} | {iv} | {r['n']} |")
+    return lines
+
+
+def _use_section(system: str | None, plain: bool) -> list[str]:
+    """The card's "Use": the system prompt it was trained with and how to load it (``plain``: a
+    transformers model, else a PEFT adapter)."""
+    lines = ["", "## Use", ""]
     if system:
-        lines.append(f"The member was trained and evaluated with the system prompt {json.dumps(system)}.")
-        lines.append("")
-    auto = "AutoModelForCausalLM" if merged or spec.adapter is None else "AutoPeftModelForCausalLM"
-    package = "transformers" if auto == "AutoModelForCausalLM" else "peft"
+        lines += [f"The member was trained and evaluated with the system prompt {json.dumps(system)}.", ""]
+    auto = "AutoModelForCausalLM" if plain else "AutoPeftModelForCausalLM"
+    package = "transformers" if plain else "peft"
     loader = f"from {package} import {auto}\n\nmodel = {auto}.from_pretrained(FOLDER)"
-    lines += ["```python", loader, "```"]
-    if settings:
-        lines += [
-            "",
-            "## Settings of the run",
-            "",
-            "```yaml",
-            yaml.safe_dump(settings, sort_keys=False).rstrip(),
-            "```",
-        ]
-    return "\n".join(lines) + "\n"
+    return lines + ["```python", loader, "```"]
 
 
 # --- writing the folder ----------------------------------------------------------------------
@@ -451,6 +501,97 @@ def push(out: Path, repo_id: str, private: bool = False) -> str:
     return str(getattr(info, "commit_url", info))
 
 
+def _check_arguments(run: Path, base_id: str | None, push_to: str | None, dtype: str | None) -> None:
+    """Stop on a folder that is no run, a hub id that is none, or an unknown dtype."""
+    if not layout.RunFolder(run).is_run():
+        first = layout.iteration_name(0)
+        raise ExportError(f"{run} is not a run folder (no {first}/ inside; expected results/<experiment>)")
+    for what, value in (("--base-id", base_id), ("--push", push_to)):
+        if value is not None and not is_hub_id(value):
+            raise ExportError(f"{what} {value!r} is not a hub id (ORG/NAME)")
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
+
+
+def _check_empty(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file: export writes a folder, choose a new folder")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty: choose a new folder")
+
+
+def _make_folder(out: Path) -> None:
+    """Create ``out`` and write a file into it, so a folder we cannot write stops the export
+    before any model is loaded."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".sparta-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
+
+
+def _chosen(
+    run: Path, member: str | None, iteration: int | None, best: str | None, merge: bool
+) -> tuple[str, int, MemberSpec]:
+    """The member and checkpoint to export (:func:`choose`) and its spec; a base alone only merged."""
+    name, checkpoint = choose(run, member, iteration, best)
+    spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
+    if not merge and spec.adapter is None:
+        raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
+    return name, checkpoint, spec
+
+
+def _write_model(
+    run: Path,
+    out: Path,
+    spec: MemberSpec,
+    merge: bool,
+    base_ref: str,
+    dtype: str | None,
+    max_shard_size: str | int,
+) -> str | None:
+    """The weights (merged, or the adapter's files) and the tokenizer, written into ``out``;
+    returns the merged weights' dtype name (None for an adapter)."""
+    from .models import load_tokenizer
+
+    # hf:// ids: their snapshot folders in the Hugging Face cache, at the run's manifest commits
+    manifest = hub.find_manifest(run)
+    base_folder, adapter_folder = (hub.local(p, manifest) for p in (spec.base, spec.adapter))
+    tok = load_tokenizer(base_folder)
+    if merge:
+        dtype_name = _write_merged(run, out, base_folder, adapter_folder, dtype, max_shard_size)
+    else:
+        dtype_name = None
+        _write_adapter(out, adapter_folder, base_ref)
+    tok.padding_side = "right"
+    tok.save_pretrained(out)
+    return dtype_name
+
+
+def _write_merged(
+    run: Path, out: Path, base: str, adapter: str | None, dtype: str | None, max_shard_size: str | int
+) -> str:
+    """The base with the adapter merged, saved into ``out``; returns the dtype's name."""
+    torch_dtype = merge_dtype(run, dtype)
+    model = merge_into_base(base, adapter, torch_dtype)
+    model.save_pretrained(out, max_shard_size=max_shard_size)
+    del model
+    return str(torch_dtype).removeprefix("torch.")
+
+
+def _write_adapter(out: Path, adapter: str, base_ref: str) -> None:
+    """The adapter's files copied into ``out``, its config naming ``base_ref`` as its base."""
+    for f in Path(adapter).iterdir():
+        if f.is_file():
+            shutil.copyfile(f, out / f.name)
+    config_path = out / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_name_or_path"] = base_ref
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def export(
     run: str | Path,
     out: str | Path,
@@ -467,60 +608,19 @@ def export(
     """Write the chosen checkpoint to ``out`` (and upload it to ``push_to``); returns what was
     written."""
     run, out = Path(run), Path(out)
-    if not layout.RunFolder(run).is_run():
-        first = layout.iteration_name(0)
-        raise ExportError(f"{run} is not a run folder (no {first}/ inside; expected results/<experiment>)")
-    for what, value in (("--base-id", base_id), ("--push", push_to)):
-        if value is not None and not is_hub_id(value):
-            raise ExportError(f"{what} {value!r} is not a hub id (ORG/NAME)")
-    if dtype is not None and dtype not in DTYPES:
-        raise ExportError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
-    name, checkpoint = choose(run, member, iteration, best)
-    spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
-    if not merge and spec.adapter is None:
-        raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
+    _check_arguments(run, base_id, push_to, dtype)
+    name, checkpoint, spec = _chosen(run, member, iteration, best, merge)
     hub_base = base_id or hub_name(spec.base)
     if push_to is not None and not merge and hub_base is None:
         raise ExportError(
             "an adapter on the hub must name a public base: give --base-id ORG/NAME (or --merge)"
         )
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file: export writes a folder, choose a new folder")
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(f"{out} exists and is not empty: choose a new folder")
+    _check_empty(out)
     local = not is_hub_id(spec.base)
     base_ref = hub_base or str(Path(spec.base).resolve())
     digest = folder_digest(spec.base) if local else None
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".sparta-write-check"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
-    from .models import load_tokenizer
-
-    # hf:// ids: their snapshot folders in the Hugging Face cache, at the run's manifest commits
-    manifest = hub.find_manifest(run)
-    base_folder, adapter_folder = (hub.local(p, manifest) for p in (spec.base, spec.adapter))
-    tok = load_tokenizer(base_folder)
-    torch_dtype = None
-    if merge:
-        torch_dtype = merge_dtype(run, dtype)
-        model = merge_into_base(base_folder, adapter_folder, torch_dtype)
-        model.save_pretrained(out, max_shard_size=max_shard_size)
-        del model
-    else:
-        for f in Path(adapter_folder).iterdir():
-            if f.is_file():
-                shutil.copyfile(f, out / f.name)
-        config_path = out / "adapter_config.json"
-        config = json.loads(config_path.read_text())
-        config["base_model_name_or_path"] = base_ref
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    dtype_name = None if torch_dtype is None else str(torch_dtype).removeprefix("torch.")
-    tok.padding_side = "right"
-    tok.save_pretrained(out)
+    _make_folder(out)
+    dtype_name = _write_model(run, out, spec, merge, base_ref, dtype, max_shard_size)
     (out / "README.md").write_text(
         model_card(run, spec, checkpoint, merge, base_ref, digest, hub_base, dtype_name)
     )

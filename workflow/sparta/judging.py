@@ -9,7 +9,7 @@ in both orders (position bias cancels), and P(a better) becomes the pair of scor
 Two modes. ``generate`` samples the judge's text and parses it (JSON first, then a cascade
 of patterns; the authors' way). ``expected`` forces the start of the answer and reads the
 exact probability of every candidate continuation, so a small judge always gives a usable,
-graded verdict without sampling. What it forces: with secret labels (the default) the start
+graded verdict without sampling. What it forces: with secret labels (``judge.secret_labels``) the start
 ``{"label": "`` (pointwise; the candidates are the judgment's labels); without
 them the rubric's own prefix (``{"score": `` for Sparta's judge, ``Score: `` for the additive
 one) or ``{"better": "`` (pairwise).
@@ -50,7 +50,8 @@ import re
 from dataclasses import dataclass, replace
 
 from .chat import chat_ids
-from .settings import JudgeSettings, derive_seed
+from .seeds import derive_seed
+from .settings import JudgeSettings
 
 JUDGE_PROMPT = (
     "Please act as an impartial judge and evaluate the quality of the response to the "
@@ -686,8 +687,38 @@ def judge_duels(
     prefix = (PAIRWISE_PREFIX if pairs else rubric.prefix) if cfg.mode == "expected" else ""
     if secret and not pairs:
         prefix = LABEL_PREFIX
-    built, sanitized, duel_labels = [], [], []
     tables = _label_tables(judge, items, seeds, 2 if pairs else len(rubric.points)) if secret else None
+    built, sanitized, duel_labels = _duel_requests(judge, items, cfg, system, prefix, rubric, tables)
+    if not built:
+        return []
+    cut = [c for _, _, c in built]
+    read = [len(ids) for _, ids, _ in built]
+    if pairs:  # both orders read both answers: each answer is charged half
+        read = [(read[k - k % 2] + read[k - k % 2 + 1]) // 2 for k in range(len(read))]
+    if cfg.mode == "expected":
+        logps = _candidate_logprobs(judge, built, duel_labels, cfg, system, prefix, rubric)
+    else:
+        outs = judge.generate(
+            [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.generate_batch_size, "judge"
+        )
+    result: list[Judgment] = []
+    for k in range(0, len(built), 2):
+        if cfg.mode == "expected":
+            pair = _expected_pair(logps[k : k + 2], cut[k : k + 2], duel_labels[k : k + 2], pairs, rubric)
+            made = [0, 0]
+        else:
+            pair = _generated_pair(outs[k : k + 2], cut[k : k + 2], pairs, rubric)
+            made = [outs[k].n_tokens, outs[k + 1].n_tokens]
+        result += [_flag(pair[i], sanitized[k + i], read[k + i], made[i]) for i in (0, 1)]
+    return result
+
+
+def _duel_requests(judge, items: list[JudgeItem], cfg: JudgeSettings, system, prefix: str, rubric, tables):
+    """The judge's requests of each duel (two: each answer alone, or both answers in both
+    orders) as :func:`judge_ids` builds them, whether each answer was sanitized, and the
+    label table each request is read through (None: the public labels)."""
+    pairs = cfg.format == "pairwise"
+    built, sanitized, duel_labels = [], [], []
     for k, (a, b) in enumerate(zip(items[0::2], items[1::2])):
         (ya, sa), (yb, sb) = _prepared(a.response, cfg), _prepared(b.response, cfg)
         # pointwise each answer is its own request, read through its own set's table; a
@@ -702,62 +733,56 @@ def judge_duels(
             built.append(judge_ids(judge.tok, prompt, shown, cfg, system, prefix, rubric, labels))
         sanitized += [sa, sb]
         duel_labels += [la, lb]
-    if not built:
-        return []
-    cut = [c for _, _, c in built]
-    read = [len(ids) for _, ids, _ in built]
-    if pairs:  # both orders read both answers: each answer is charged half
-        read = [(read[k - k % 2] + read[k - k % 2 + 1]) // 2 for k in range(len(read))]
-    if cfg.mode == "expected":
-        public = ('A"}', 'B"}') if pairs else tuple(f"{s}{rubric.candidate_suffix}" for s in rubric.points)
-        # secret labels: the candidates are the judgment's labels, in the order of the levels
-        # (pointwise) or of the positions (pairwise), so the mapping back is by position
-        prepared = [
-            candidate_ids(
-                [
-                    chat_ids(judge.tok, user, system, prefix + c, plain=cfg.plain_text)
-                    for c in (public if labels is None else [f'{x}"}}' for x in labels])
-                ]
-            )
-            for (user, _, _), labels in zip(built, duel_labels)
-        ]
-        logps = judge.continuation_logprobs(
-            [p for p, _ in prepared], [c for _, c in prepared], cfg.batch_size
+    return built, sanitized, duel_labels
+
+
+def _candidate_logprobs(judge, built, duel_labels, cfg: JudgeSettings, system, prefix: str, rubric) -> list:
+    """Expected mode: the log-probability of each candidate verdict after each request.
+    Secret labels: the candidates are the judgment's labels, in the order of the levels
+    (pointwise) or of the positions (pairwise), so the mapping back is by position."""
+    pairs = cfg.format == "pairwise"
+    public = ('A"}', 'B"}') if pairs else tuple(f"{s}{rubric.candidate_suffix}" for s in rubric.points)
+    prepared = [
+        candidate_ids(
+            [
+                chat_ids(judge.tok, user, system, prefix + c, plain=cfg.plain_text)
+                for c in (public if labels is None else [f'{x}"}}' for x in labels])
+            ]
         )
-    else:
-        outs = judge.generate(
-            [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.generate_batch_size, "judge"
-        )
-    result: list[Judgment] = []
-    for k in range(0, len(built), 2):
-        if cfg.mode == "expected" and not pairs:
-            scaled = tuple(rubric.scale(s) for s in rubric.points)
-            pair = (expectation(logps[k], cut[k], scaled), expectation(logps[k + 1], cut[k + 1], scaled))
-            if duel_labels[k] is not None:
-                pair = tuple(_with_labels(j, duel_labels[k + i]) for i, j in enumerate(pair))
-        elif cfg.mode == "expected":
-            pa, probs_ab, _ = _expectation(logps[k], (1.0, 0.0))  # order (a, b): P("A")
-            pb, probs_ba, _ = _expectation(logps[k + 1], (0.0, 1.0))  # order (b, a): P("B")
-            raw = {"ab": [round(p, 6) for p in probs_ab], "ba": [round(p, 6) for p in probs_ba]}
-            raw = json.dumps(raw if duel_labels[k] is None else {**raw, "labels": list(duel_labels[k])})
-            p_a = None if pa is None or pb is None else (pa + pb) / 2
-            pair = _pairwise(p_a, raw, cut[k] or cut[k + 1])
-        elif not pairs:
-            pair = tuple(_parsed(outs[j].text, cut[j], rubric) for j in (k, k + 1))
-        else:
-            votes = []
-            for out, a_is in ((outs[k], "A"), (outs[k + 1], "B")):
-                winner, _ = parse_winner(out.text)
-                if winner is not None:
-                    votes.append(1.0 if winner == a_is else 0.0)
-            raw = json.dumps({"ab": outs[k].text, "ba": outs[k + 1].text})
-            pair = _pairwise(sum(votes) / len(votes) if votes else None, raw, cut[k] or cut[k + 1])
-        made = [outs[k + i].n_tokens if cfg.mode == "generate" else 0 for i in (0, 1)]
-        result += [
-            _flag(pair[0], sanitized[k], read[k], made[0]),
-            _flag(pair[1], sanitized[k + 1], read[k + 1], made[1]),
-        ]
-    return result
+        for (user, _, _), labels in zip(built, duel_labels)
+    ]
+    return judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], cfg.batch_size)
+
+
+def _expected_pair(logps: list, cut: list, labels: list, pairs: bool, rubric) -> tuple[Judgment, Judgment]:
+    """A duel's two judgments from its two requests' candidate log-probabilities: each
+    answer's expected score (pointwise), or P(a wins) over both orders (pairwise)."""
+    if not pairs:
+        scaled = tuple(rubric.scale(s) for s in rubric.points)
+        pair = (expectation(logps[0], cut[0], scaled), expectation(logps[1], cut[1], scaled))
+        if labels[0] is not None:
+            pair = tuple(_with_labels(j, labels[i]) for i, j in enumerate(pair))
+        return pair
+    pa, probs_ab, _ = _expectation(logps[0], (1.0, 0.0))  # order (a, b): P("A")
+    pb, probs_ba, _ = _expectation(logps[1], (0.0, 1.0))  # order (b, a): P("B")
+    raw = {"ab": [round(p, 6) for p in probs_ab], "ba": [round(p, 6) for p in probs_ba]}
+    raw = json.dumps(raw if labels[0] is None else {**raw, "labels": list(labels[0])})
+    p_a = None if pa is None or pb is None else (pa + pb) / 2
+    return _pairwise(p_a, raw, cut[0] or cut[1])
+
+
+def _generated_pair(outs: list, cut: list, pairs: bool, rubric) -> tuple[Judgment, Judgment]:
+    """A duel's two judgments from its two generated verdicts: each answer's parsed score
+    (pointwise), or the share of the two orders that a wins (pairwise)."""
+    if not pairs:
+        return tuple(_parsed(out.text, c, rubric) for out, c in zip(outs, cut))
+    votes = []
+    for out, a_is in zip(outs, ("A", "B")):
+        winner, _ = parse_winner(out.text)
+        if winner is not None:
+            votes.append(1.0 if winner == a_is else 0.0)
+    raw = json.dumps({"ab": outs[0].text, "ba": outs[1].text})
+    return _pairwise(sum(votes) / len(votes) if votes else None, raw, cut[0] or cut[1])
 
 
 def _label_tables(judge, items: list[JudgeItem], seeds, n: int) -> list[tuple[str, ...]]:

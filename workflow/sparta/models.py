@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .members import MemberSpec, check_adapter_folder, check_model_folder
+from .modelfiles import gguf_path
 
 log = logging.getLogger(__name__)
 
@@ -219,8 +220,6 @@ def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path
     """Load a GGUF shipped in ``package`` once (slow: de-quantizes every tensor) and save it as
     a plain safetensors folder, so later loads take seconds. Atomic: the folder appears whole."""
     import shutil
-
-    from .config import gguf_path
 
     src = gguf_path(package, filename)
     folder = Path(folder)

@@ -33,6 +33,7 @@ import pandas as pd
 from . import fields, tables
 from .fields import setting
 from .matchmaking import check_pool
+from .seeds import derive_seed
 
 _SQRT2 = math.sqrt(2.0)
 ADDED_RANDOM_LABELS = "random_labels null arm"
@@ -527,8 +528,6 @@ def label_coin(seed: int, iteration: int, duel_id: str) -> bool:
     """The random_labels coin of one pair (``reputation.labels: random``): True swaps its chosen
     and rejected. Seeded by (seed, iteration, duel) through ``derive_seed`` and drawn by numpy,
     whose seeding mixes the bits (the parity of a CRC alone is linear in the duel id's bits)."""
-    from .settings import derive_seed
-
     return bool(np.random.default_rng(derive_seed("random-labels", seed, iteration, duel_id)).random() < 0.5)
 
 

@@ -367,13 +367,10 @@ def outputs() -> dict[Path, str]:
     return {SCHEMA_FILE: schema_text(), CONSTANTS_PAGE: constants_text(embedded)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Write (``--write``) or check every generated file: the schema, the constants page and
-    the reference pages of :mod:`sparta.docgen`, one command for all."""
-    from . import docgen
-
-    return docgen.main(argv, prog="python -m sparta.schema")
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # one command for every generated file: the schema, the constants page and the reference
+    # pages of sparta.docgen, which imports this module (run as a program, this file is
+    # __main__, so there is no loop)
+    from sparta import docgen
+
+    sys.exit(docgen.main(prog="python -m sparta.schema"))

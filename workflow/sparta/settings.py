@@ -21,7 +21,6 @@ import dataclasses
 import math
 import types
 import typing
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,12 +32,6 @@ from .reputation import ReputationSettings
 
 class SettingsError(ValueError):
     """A config value that does not fit its setting; the message names the key."""
-
-
-def derive_seed(*parts) -> int:
-    """A 31-bit seed from any parts (seed, iteration, round, member...), stable across runs
-    and machines."""
-    return zlib.crc32("|".join(map(str, parts)).encode()) & 0x7FFFFFFF
 
 
 # --- model runtime ---------------------------------------------------------------------------
@@ -189,16 +182,19 @@ class _Judging:
     plain_text: bool = setting(
         True,
         help="Defence: special-token strings inside a judged answer or prompt are tokenized as plain "
-        "text, never as control tokens.",
+        "text, never as control tokens. On by default: on 256 duels with a SmolLM2-135M judge it "
+        "changed no judgment (label accuracy +0.0 [+0.0, +0.0]).",
         constant="judging defence: plain-text tokens",
         source="sparta",
         authors="(their code: none)",
     )
     secret_labels: bool = setting(
-        True,
-        help="Defence (expected mode): the judge answers with secret labels drawn per judgment from a "
-        "seeded random set (the score levels pointwise, the two answers pairwise), mapped back to the "
-        "score, so an answer cannot name the token its judge is scored on.",
+        False,
+        help="Defence (expected mode): the judge answers with secret labels drawn per judged set from "
+        "a seeded random set (the score levels pointwise, the two answers pairwise), mapped back to "
+        "the score, so an answer cannot name the token its judge is scored on. Off by default: on 256 "
+        "duels with a SmolLM2-135M judge it changed label accuracy by -3.9 points [-12.5, +4.7], an "
+        "interval reaching below -5 (docs: Results, judging).",
         constant="judging defence: secret verdict labels",
         source="sparta",
         authors="(their code: none)",
@@ -207,8 +203,8 @@ class _Judging:
         False,
         help="Defence: spotlighting by datamarking (Hines et al. 2024); the answer is shown with a "
         "marker in place of its whitespace, and the judge is told marked text is data, never "
-        "instructions. Off by default: with SmolLM2-135M judges it cost label accuracy and "
-        "stopped no attack family (docs: Judging).",
+        "instructions. Off by default: on 256 duels with a SmolLM2-135M judge it changed label "
+        "accuracy by -0.8 points [-6.2, +4.7], an interval reaching below -5 (docs: Results, judging).",
         constant="judging defence: datamarking",
         source="sparta",
         authors="(their code: none)",
@@ -224,7 +220,9 @@ class _Judging:
     )
     fence: bool = setting(
         True,
-        help="Defence: the answer is shown inside a fence it cannot close, its block markers made inert.",
+        help="Defence: the answer is shown inside a fence it cannot close, its block markers made inert. "
+        "On by default: on 256 duels with a SmolLM2-135M judge it changed label accuracy by -1.2 "
+        "points [-3.5, +1.2], within 5 points either way.",
         constant="judging defence: fence",
         source="sparta",
         authors="(their code: none)",

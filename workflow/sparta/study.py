@@ -354,7 +354,19 @@ def expand(config: dict) -> Study:
         except SettingsError as e:
             where = f"study.experiments.{run.experiment}" + (f", task {run.task}" if run.task else "")
             raise SettingsError(f"{where} (seed {run.seed}): {e}") from e
-    # one shared initial pool per seed (and task) and init-relevant settings; members joined by name
+    init_of, inits = _initial_pools(name, experiments, labels, task_of, overlays)
+    return Study(name, experiments, init_of, inits, True, configs, labels, tasks=task_of, pools=_pools(inits))
+
+
+def _initial_pools(
+    name: str,
+    experiments: dict[str, Settings],
+    labels: dict[str, str],
+    task_of: dict[str, str | None],
+    overlays: dict,
+) -> tuple[dict[str, str], dict[str, Settings]]:
+    """One shared initial pool per seed (and task) and init-relevant settings, members joined
+    by name: each experiment's initial-pool run, and the settings of each such run."""
     sets_members = {exp_id: "members" in (overlays[labels[exp_id]] or {}) for exp_id in experiments}
     groups: dict[tuple, list[str]] = {}
     for exp_id, s in experiments.items():
@@ -381,7 +393,7 @@ def expand(config: dict) -> Study:
             inits[init_id] = _shared_init(init_id, ids, experiments, labels)
             for exp_id in ids:
                 init_of[exp_id] = init_id
-    return Study(name, experiments, init_of, inits, True, configs, labels, tasks=task_of, pools=_pools(inits))
+    return init_of, inits
 
 
 def _pools(inits: dict[str, Settings]) -> dict[str, str]:

@@ -10,12 +10,18 @@ from __future__ import annotations
 import ast
 import json
 import re
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from .fields import choices
 from .settings import TaskSpec
+
+METRICS: tuple[str, ...] = choices(typing.get_type_hints(TaskSpec)["metric"])
+"""The metrics a task may name: the setting's choices, one scorer each in
+:data:`sparta.evaluate.SCORERS` (``tests/test_schema.py`` holds the two equal)."""
 
 
 class TaskError(ValueError):
@@ -81,10 +87,8 @@ def load_task(
     spec: TaskSpec, prompt_splits: dict[str, pd.DataFrame], seed: int, root: str | Path = "."
 ) -> Task:
     """A task from its config entry; a file task's path is relative to ``root``."""
-    from .evaluate import SCORERS  # the metrics: one scorer each
-
-    if spec.metric not in SCORERS:
-        raise TaskError(f"task {spec.name}: unknown metric {spec.metric!r}; use one of {tuple(SCORERS)}")
+    if spec.metric not in METRICS:
+        raise TaskError(f"task {spec.name}: unknown metric {spec.metric!r}; use one of {METRICS}")
     if spec.source == "prompts":
         rows = {
             s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")

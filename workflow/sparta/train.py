@@ -351,47 +351,71 @@ def dpo_members(
     gets a fresh LoRA, which is the base itself). ``loss`` sppo or sppo_hard trains with beta =
     1 / ``sppo_eta`` instead of DPO's beta. Returns one summary per member (pairs,
     steps, final loss, the trainer's log history)."""
-    from transformers import set_seed
-    from trl import DPOConfig, DPOTrainer
-
-    from .pair_tree import with_pair_tree
-
-    trainable = TrainableMembers(lora, runtime)
+    job = _DPOJob(TrainableMembers(lora, runtime), params, runtime, tracking, loss, sppo_eta)
     summaries = []
     tok, tok_base = None, None
     everyone = prefs
     for spec, out_dir, seed in members:
         prefs = pairs_of(everyone, spec.name)
         out_dir = Path(out_dir)
-        adapter_dir = out_dir / "adapter"
         if len(prefs) and tok_base != spec.base:
             tok, tok_base = load_tokenizer(spec.base), spec.base
             tok.padding_side = "right"
         if len(prefs):
-            fitting = fitting_pairs(prefs, tok, runtime.system_prompt, params.max_length)
-            if len(fitting) < len(prefs):
-                log.warning(
-                    "member %s: %d of %d pairs left out: their prompt alone fills dpo.max_length %d",
-                    spec.name,
-                    len(prefs) - len(fitting),
-                    len(prefs),
-                    params.max_length,
-                )
-            prefs = fitting
+            prefs = _fitting(prefs, tok, spec.name, runtime.system_prompt, params.max_length)
         if len(prefs) == 0:
             log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
-            if spec.adapter is not None:
-                shutil.copytree(check_adapter_folder(spec.adapter), adapter_dir, dirs_exist_ok=True)
-            else:
-                trainable.attach(spec, seed).save_pretrained(adapter_dir, selected_adapters=["default"])
-                trainable.detach()
-            follow_umask(adapter_dir)
-            summaries.append({"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []})
-            continue
-        model = trainable.attach(spec, seed)
-        args = DPOConfig(
-            **common_trainer_args(trainable.device, trainable.dtype, seed, out_dir),
-            beta=1 / sppo_eta if loss in ("sppo", "sppo_hard") else params.beta,
+            summaries.append(job.unchanged(spec, seed, out_dir / "adapter"))
+        else:
+            summaries.append(job.train(spec, seed, out_dir, prefs, tok))
+    return summaries
+
+
+def _fitting(prefs: pd.DataFrame, tok, member: str, system: str | None, max_length: int) -> pd.DataFrame:
+    """The pairs whose prompt leaves room for an answer within ``max_length`` (a warning
+    counts the others)."""
+    fitting = fitting_pairs(prefs, tok, system, max_length)
+    if len(fitting) < len(prefs):
+        log.warning(
+            "member %s: %d of %d pairs left out: their prompt alone fills dpo.max_length %d",
+            member,
+            len(prefs) - len(fitting),
+            len(prefs),
+            max_length,
+        )
+    return fitting
+
+
+@dataclass
+class _DPOJob:
+    """What the members of one DPO job share: the base loaded once, the settings, the loss."""
+
+    trainable: TrainableMembers
+    params: DPOSettings
+    runtime: Runtime
+    tracking: Tracking
+    loss: str
+    sppo_eta: float
+
+    def unchanged(self, spec: MemberSpec, seed: int, adapter_dir: Path) -> dict:
+        """A member without pairs saved as it is: its adapter copied, or (none) a fresh LoRA."""
+        if spec.adapter is not None:
+            shutil.copytree(check_adapter_folder(spec.adapter), adapter_dir, dirs_exist_ok=True)
+        else:
+            self.trainable.attach(spec, seed).save_pretrained(adapter_dir, selected_adapters=["default"])
+            self.trainable.detach()
+        follow_umask(adapter_dir)
+        return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []}
+
+    def args(self, name: str, seed: int, out_dir: Path):
+        """TRL's DPOConfig of one member: the dpo settings, the trainer's precision and seed,
+        beta = 1 / ``sppo_eta`` for SPPO's losses, reference log-probabilities computed first."""
+        from trl import DPOConfig
+
+        params, loss = self.params, self.loss
+        return DPOConfig(
+            **common_trainer_args(self.trainable.device, self.trainable.dtype, seed, out_dir),
+            beta=1 / self.sppo_eta if loss in ("sppo", "sppo_hard") else params.beta,
             loss_type=["sppo_hard" if loss == "sppo_hard" else params.loss_type],
             learning_rate=params.learning_rate,
             lr_scheduler_type=params.lr_scheduler,
@@ -405,20 +429,35 @@ def dpo_members(
             precompute_ref_log_probs=True,
             disable_dropout=True,  # TRL's default, stated: the LoRA dropout is off in DPO
             padding_free=False,
-            **tracking.args(spec.name),
+            **self.tracking.args(name),
         )
+
+    def train(self, spec: MemberSpec, seed: int, out_dir: Path, prefs: pd.DataFrame, tok) -> dict:
+        """Train one member on its pairs and save its adapter under ``<out_dir>/adapter``."""
+        from transformers import set_seed
+        from trl import DPOTrainer
+
+        from .pair_tree import with_pair_tree
+
+        adapter_dir = out_dir / "adapter"
+        model = self.trainable.attach(spec, seed)
+        args = self.args(spec.name, seed, out_dir)
         set_seed(seed)
         extra = {}
         trainer_class = with_pair_tree(DPOTrainer)
-        if loss == "sppo":
+        if self.loss == "sppo":
             trainer_class, collator = sppo_trainer()
-            extra["data_collator"] = collator(pad_token_id=tok.pad_token_id, max_length=params.max_length)
+            extra["data_collator"] = collator(
+                pad_token_id=tok.pad_token_id, max_length=self.params.max_length
+            )
         trainer = trainer_class(
             model=model,
             args=args,
-            train_dataset=preference_dataset(prefs, runtime.system_prompt, win_probs=loss == "sppo"),
+            train_dataset=preference_dataset(
+                prefs, self.runtime.system_prompt, win_probs=self.loss == "sppo"
+            ),
             processing_class=tok,
-            callbacks=[progress_callback("DPO" if loss == "dpo" else loss.upper(), spec.name)],
+            callbacks=[progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name)],
             **extra,
         )
         log.info("%s: %d pairs; reference log-probabilities first, then training", spec.name, len(prefs))
@@ -427,17 +466,29 @@ def dpo_members(
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
         follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)
-        trainable.detach()
-        summaries.append(
-            {
-                "pairs": len(prefs),
-                "steps": int(result.global_step),
-                "train_loss": float(result.training_loss),
-                "adapter": str(adapter_dir),
-                "log_history": list(trainer.state.log_history),
-            }
-        )
-    return summaries
+        self.trainable.detach()
+        return {
+            "pairs": len(prefs),
+            "steps": int(result.global_step),
+            "train_loss": float(result.training_loss),
+            "adapter": str(adapter_dir),
+            "log_history": list(trainer.state.log_history),
+        }
+
+
+def sft_dataset(examples: pd.DataFrame, system: str | None):
+    """SFT examples (prompt, response) as TRL's conversational dataset, with the system prompt."""
+    from datasets import Dataset
+
+    sys = [{"role": "system", "content": system}] if system else []
+    return Dataset.from_dict(
+        {
+            "messages": [
+                sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+                for p, r in zip(examples["prompt"], examples["response"])
+            ]
+        }
+    )
 
 
 def sft_member(
@@ -452,7 +503,6 @@ def sft_member(
 ) -> dict:
     """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter.
     Returns a summary with the trainer's log history."""
-    from datasets import Dataset
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
@@ -467,15 +517,6 @@ def sft_member(
     dtype = pick_dtype(runtime.dtype, dev)
     precision = trainer_precision(dev, dtype)  # before the load: a dtype that cannot train stops here
     model = load_base(base, dev, dtype)
-    sys = [{"role": "system", "content": system}] if system else []
-    data = Dataset.from_dict(
-        {
-            "messages": [
-                sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
-                for p, r in zip(examples["prompt"], examples["response"])
-            ]
-        }
-    )
     args = SFTConfig(
         **{**common_trainer_args(dev, dtype, seed, out_dir), **precision},
         max_steps=params.max_steps,
@@ -494,7 +535,7 @@ def sft_member(
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=data,
+        train_dataset=sft_dataset(examples, system),
         processing_class=tok,
         peft_config=lora_config(lora),
         callbacks=[progress_callback("SFT", name)],

@@ -145,18 +145,7 @@ def generate(
     names = adapter_names or [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), prompts[i], names[i], i))
     out: list[Generation | None] = [None] * len(prompts)
-    # an explicit config: nothing from the checkpoint's generation_config (penalties,
-    # sampling flags) is applied behind our back
-    config = GenerationConfig(
-        do_sample=False,
-        max_new_tokens=sampling.max_new_tokens,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=stops,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=50,
-        repetition_penalty=1.0,
-    )
+    config = _generation_config(sampling.max_new_tokens, tok.pad_token_id, stops)
     started, logged = time.perf_counter(), 0
     with tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
@@ -185,6 +174,21 @@ def generate(
                 rate = done / elapsed
                 log.info("%s: %d/%d prompts, %.2f prompts/s, %.0f s", desc, done, len(order), rate, elapsed)
     return out  # type: ignore[return-value]
+
+
+def _generation_config(max_new_tokens: int, pad: int, stops) -> GenerationConfig:
+    """``model.generate``'s config, explicit: nothing from the checkpoint's generation_config
+    (penalties, sampling flags) is applied behind our back; sampling is the SeededSampler's."""
+    return GenerationConfig(
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad,
+        eos_token_id=stops,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=50,
+        repetition_penalty=1.0,
+    )
 
 
 OWN_DECODING = True
@@ -607,24 +611,12 @@ def _continuation_scores(logits, keep, wanted, conts) -> dict[int, list[float]]:
     return result
 
 
-def _cached_logprobs(
-    model, segments, prompts, conts, pad, device, names=None, start=None
-) -> dict[int, list[float]]:
-    """What :func:`_tree_logprobs` computes for a batch of rows, in two forward passes: each
-    row's shared prefix once (a KV cache, one row per segment), then one row per request: the
-    rest of its prompt and every continuation's tokens but the last, attending to its
-    segment's cached prefix and, as a tree, to its own earlier tokens (a continuation token to
-    the prompt and its own continuation's earlier tokens). The same tokens are computed, but
-    attention is paid per request (its tokens x prefix and own tokens) instead of per row
-    (the row's tokens squared, most of it masked): on the pairwise judge requests of SPPO,
-    23.6M query-key pairs of a batch's rows become 4.7M. Position ids are each request's
-    own; padding rows see themselves only. ``start`` (:func:`_common_start`): the call's
-    common start, already in a cache, which every row extends instead of computing it again."""
-    reqs = [(r, i) for r, (_, idx) in enumerate(segments) for i in idx]
+def _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, start):
+    """The KV cache of each row's shared prefix (one row per segment, ``shared[r]`` tokens):
+    the call's common start (``start``) copied to the rows, then the rest of each prefix
+    computed in one forward pass; None when there is no prefix at all."""
     common, common_cache, common_adapters = start if start is not None else (0, None, None)
-    shared = [max(seg[0], common) for seg in segments]  # a row of one request starts after the common start
     width_prefix = max(shared)
-    rows_adapter = [names[idx[0]] for _, idx in segments] if names is not None else None
     cache = None
     if common:
         cache = _rows_of(
@@ -634,11 +626,11 @@ def _cached_logprobs(
         ids = torch.full((len(segments), width_prefix - common), pad, dtype=torch.long)
         mask = torch.zeros((len(segments), width_prefix), dtype=torch.long)
         mask[:, :common] = 1
-        for r, (s, idx) in enumerate(segments):
+        for r, (_, idx) in enumerate(segments):
             s = shared[r]
             ids[r, : s - common] = torch.tensor(prompts[idx[0]][common:s], dtype=torch.long)
             mask[r, common : max(s, common + 1)] = 1  # a row without a prefix computes a token nobody sees
-        hooks = {"adapter_names": rows_adapter} if names is not None else {}
+        hooks = {"adapter_names": rows_adapter} if rows_adapter is not None else {}
         cache = model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
@@ -648,8 +640,14 @@ def _cached_logprobs(
             logits_to_keep=1,
             **hooks,
         )[CACHE]
-    if cache is not None:
-        cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
+    return cache
+
+
+def _request_rows(reqs, prompts, conts, shared, width_prefix, pad):
+    """One row per request (row r, request i) after its segment's prefix: the rest of its
+    prompt and every continuation's tokens but the last, as a tree; its ids, positions,
+    attention (to the ``width_prefix`` cached columns, then to its own), and where each
+    prediction is read (request -> (row, {(continuation, token): column}))."""
     own = [_own_length(prompts[i], conts[i], shared[r]) for r, i in reqs]
     width = max(own)
     ids = torch.full((len(reqs), width), pad, dtype=torch.long)
@@ -677,6 +675,31 @@ def _cached_logprobs(
                 where[(j, k)] = col
                 col += 1
         wanted[i] = (q, where)
+    return ids, pos, attend, wanted
+
+
+def _cached_logprobs(
+    model, segments, prompts, conts, pad, device, names=None, start=None
+) -> dict[int, list[float]]:
+    """What :func:`_tree_logprobs` computes for a batch of rows, in two forward passes: each
+    row's shared prefix once (a KV cache, one row per segment), then one row per request: the
+    rest of its prompt and every continuation's tokens but the last, attending to its
+    segment's cached prefix and, as a tree, to its own earlier tokens (a continuation token to
+    the prompt and its own continuation's earlier tokens). The same tokens are computed, but
+    attention is paid per request (its tokens x prefix and own tokens) instead of per row
+    (the row's tokens squared, most of it masked): on the pairwise judge requests of SPPO,
+    23.6M query-key pairs of a batch's rows become 4.7M. Position ids are each request's
+    own; padding rows see themselves only. ``start`` (:func:`_common_start`): the call's
+    common start, already in a cache, which every row extends instead of computing it again."""
+    reqs = [(r, i) for r, (_, idx) in enumerate(segments) for i in idx]
+    common = start[0] if start is not None else 0
+    shared = [max(seg[0], common) for seg in segments]  # a row of one request starts after the common start
+    width_prefix = max(shared)
+    rows_adapter = [names[idx[0]] for _, idx in segments] if names is not None else None
+    cache = _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, start)
+    if cache is not None:
+        cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
+    ids, pos, attend, wanted = _request_rows(reqs, prompts, conts, shared, width_prefix, pad)
     keep = sorted({c for _, where in wanted.values() for c in where.values()})
     hooks = {"adapter_names": [rows_adapter[r] for r, _ in reqs]} if names is not None else {}
     logits = model(

@@ -99,115 +99,28 @@ class MetaRewarding(SelfRewarding):
         )
 
     def judge(self, run) -> None:
-        from ..jobs import by_base
-        from ..judging import RUBRICS, Judgment, judge_answers, judge_ids, meta_judge, strip_score
+        from ..judging import RUBRICS
 
         asked, each, n_each = self.judge_own(run)
         rubric = RUBRICS[run.baselines.judge_prompt]
         n = run.baselines.meta_judgments
-        sampled = replace(run.cfg, mode="generate")
         reuse = run.cfg.mode == "generate" and n_each >= n
         # 1. per (member, duel): the answer whose judgments vary most
-        spread: dict[tuple, dict[int, float | None]] = {}
-        for i, (spec, duel, k, _) in enumerate(asked):
-            samples = each[i * n_each : (i + 1) * n_each]
-            if n_each >= 2:
-                v = score_variance([j.score for j in samples])
-            else:
-                v = distribution_variance(samples[0].raw, rubric)
-            spread.setdefault((spec.name, duel), {})[k] = v
-        item_of = {(a[0].name, a[1], a[2]): (a[0], i) for i, a in enumerate(asked)}
-        chosen = []  # (spec, duel, sample, position in asked)
-        for (member, duel), v in spread.items():
-            k = most_varied(v)
-            if k is not None:
-                spec, i = item_of[(member, duel, k)]
-                chosen.append((spec, duel, k, i))
+        chosen = _most_varied_answers(asked, each, n_each, rubric)
         # 2. its N judgments, with reasons
         if reuse:
             judgments = [each[i * n_each : i * n_each + n] for *_, i in chosen]
         else:
-            again = [(spec, duel, k, asked[i][3]) for spec, duel, k, i in chosen for _ in range(n)]
-            texts = run.judged(
-                again,
-                judge_answers,
-                sampled,
-                lambda g: run.seed(again[g][0].name, again[g][1], again[g][2], "meta", g % n),
-                rubric,
-            )
-            judgments = [texts[c * n : (c + 1) * n] for c in range(len(chosen))]
-        users = [
-            judge_ids(
-                run.backend.serve(spec).tok,
-                asked[i][3].prompt,
-                [asked[i][3].response],
-                sampled,
-                run.system,
-                "",
-                rubric,
-            )[0]
-            for spec, _, _, i in chosen
-        ]
-        # 3. every two judgments, stripped of their scores, in both orders; only where a judge
-        # pair can form (two of the judgments give different scores): elsewhere whatever the
-        # meta-judge said, the pair of the highest and the lowest rated would be dropped
-        orders = [(a, b) for a in range(n) for b in range(n) if a != b]
-        asks = [
-            (c, a, b, (strip_score(judgments[c][a].raw, rubric), strip_score(judgments[c][b].raw, rubric)))
-            for c in range(len(chosen))
-            if can_pair([j.score for j in judgments[c]])
-            for a, b in orders
-        ]
-        verdicts = [None] * len(asks)
-        for group in by_base([chosen[q[0]][0] for q in asks]):
-            served = run.backend.serve_each([chosen[asks[g][0]][0] for g in group])
-            for g, v in zip(
-                group,
-                meta_judge(
-                    served,
-                    [users[asks[g][0]] for g in group],
-                    [asks[g][3] for g in group],
-                    run.cfg,
-                    run.system,
-                ),
-            ):
-                verdicts[g] = v
+            judgments = _sampled_judgments(run, asked, chosen, n, rubric)
+        users = _judge_users(run, asked, chosen, rubric)
+        # 3. every two judgments, stripped of their scores, in both orders
+        asks, verdicts = _meta_verdicts(run, chosen, judgments, users, n, rubric)
         # 4. the Elo of each judgment; one "meta" row per re-judged answer
         for c, (spec, duel, k, _) in enumerate(chosen):
             mine = [(a, b, verdicts[q][0]) for q, (cc, a, b, _) in enumerate(asks) if cc == c]
-            usable = [(a, b, p) for a, b, p in mine if p is not None]
-            ratings = elo_ratings(n, usable) if usable else None
-            why = "no meta-judge verdict" if mine else NOT_ASKED
-            raw = json.dumps(
-                {
-                    "user": users[c],
-                    "sample": k,
-                    "judgments": [j.raw for j in judgments[c]],
-                    "scores": [j.score for j in judgments[c]],
-                    "comparisons": [[a, b, p] for a, b, p in mine],
-                    "elo": ratings,
-                }
-            )
             read = sum(verdicts[q][1] for q, q_ in enumerate(asks) if q_[0] == c)
-            best = None if ratings is None else elo_win(max(ratings) - min(ratings))
-            sampled_cost = [] if reuse else judgments[c]
-            run.add(
-                spec.name,
-                duel,
-                spec.name,
-                k,
-                Judgment(
-                    None if best is None else 1 + 9 * best,
-                    raw,
-                    None if ratings is not None else why,
-                    any(j.truncated for j in judgments[c]),
-                    False,
-                    read + sum(j.tokens for j in sampled_cost),
-                    len(mine) + sum(j.requests for j in sampled_cost),
-                    sum(j.generated for j in sampled_cost),
-                ),
-                "meta",
-            )
+            judgment = _meta_judgment(users[c], k, judgments[c], mine, read, n, reuse)
+            run.add(spec.name, duel, spec.name, k, judgment, "meta")
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         """Actor pairs, then the judge pairs the caps keep (:func:`capped_judge_pairs`)."""
@@ -232,6 +145,124 @@ class MetaRewarding(SelfRewarding):
         counts["judge_pairs_formed"] = len(judge_pair_candidates(duels, judgments))
         counts["judge_pairs"] = int((prefs["kind"] == "judge").sum())
         return history, prefs, counts
+
+
+# --- the steps of the judge job -----------------------------------------------------------------
+
+
+def _most_varied_answers(asked: list, each: list, n_each: int, rubric) -> list[tuple]:
+    """Per (member, duel), the sample whose own judgments vary most: (spec, duel, sample,
+    position in ``asked``), in the order the (member, duel) pairs were first asked."""
+    spread: dict[tuple, dict[int, float | None]] = {}
+    for i, (spec, duel, k, _) in enumerate(asked):
+        samples = each[i * n_each : (i + 1) * n_each]
+        if n_each >= 2:
+            v = score_variance([j.score for j in samples])
+        else:
+            v = distribution_variance(samples[0].raw, rubric)
+        spread.setdefault((spec.name, duel), {})[k] = v
+    item_of = {(a[0].name, a[1], a[2]): (a[0], i) for i, a in enumerate(asked)}
+    chosen = []
+    for (member, duel), v in spread.items():
+        k = most_varied(v)
+        if k is not None:
+            spec, i = item_of[(member, duel, k)]
+            chosen.append((spec, duel, k, i))
+    return chosen
+
+
+def _sampled_judgments(run, asked: list, chosen: list[tuple], n: int, rubric) -> list[list]:
+    """N sampled judgments (generate mode, with reasons) of each chosen answer, each seeded."""
+    from ..judging import judge_answers
+
+    sampled = replace(run.cfg, mode="generate")
+    again = [(spec, duel, k, asked[i][3]) for spec, duel, k, i in chosen for _ in range(n)]
+    texts = run.judged(
+        again,
+        judge_answers,
+        sampled,
+        lambda g: run.seed(again[g][0].name, again[g][1], again[g][2], "meta", g % n),
+        rubric,
+    )
+    return [texts[c * n : (c + 1) * n] for c in range(len(chosen))]
+
+
+def _judge_users(run, asked: list, chosen: list[tuple], rubric) -> list:
+    """The judge's user message of each chosen answer, which the meta-judge is shown."""
+    from ..judging import judge_ids
+
+    sampled = replace(run.cfg, mode="generate")
+    return [
+        judge_ids(
+            run.backend.serve(spec).tok,
+            asked[i][3].prompt,
+            [asked[i][3].response],
+            sampled,
+            run.system,
+            "",
+            rubric,
+        )[0]
+        for spec, _, _, i in chosen
+    ]
+
+
+def _meta_verdicts(run, chosen: list[tuple], judgments: list[list], users: list, n: int, rubric):
+    """Every two judgments of a chosen answer, stripped of their scores, in both orders, each
+    judged by the member itself as meta-judge: the questions (chosen index, a, b, texts) and
+    their verdicts. Only where a judge pair can form (two of the judgments give different
+    scores): elsewhere, whatever the meta-judge said, the pair of the highest and the lowest
+    rated would be dropped."""
+    from ..jobs import by_base
+    from ..judging import meta_judge, strip_score
+
+    orders = [(a, b) for a in range(n) for b in range(n) if a != b]
+    asks = [
+        (c, a, b, (strip_score(judgments[c][a].raw, rubric), strip_score(judgments[c][b].raw, rubric)))
+        for c in range(len(chosen))
+        if can_pair([j.score for j in judgments[c]])
+        for a, b in orders
+    ]
+    verdicts = [None] * len(asks)
+    for group in by_base([chosen[q[0]][0] for q in asks]):
+        served = run.backend.serve_each([chosen[asks[g][0]][0] for g in group])
+        users_of = [users[asks[g][0]] for g in group]
+        texts = [asks[g][3] for g in group]
+        for g, v in zip(group, meta_judge(served, users_of, texts, run.cfg, run.system)):
+            verdicts[g] = v
+    return asks, verdicts
+
+
+def _meta_judgment(user, k: int, judgments: list, mine: list, read: int, n: int, reuse: bool):
+    """The "meta" row of one re-judged answer: its judgments' Elo from the meta-judge's
+    verdicts ``mine`` ((a, b, p) per comparison), the spread of the Elo as its score, and the
+    tokens and requests it cost (``read``: the meta-judge's prompt tokens)."""
+    from ..judging import Judgment
+
+    usable = [(a, b, p) for a, b, p in mine if p is not None]
+    ratings = elo_ratings(n, usable) if usable else None
+    why = "no meta-judge verdict" if mine else NOT_ASKED
+    raw = json.dumps(
+        {
+            "user": user,
+            "sample": k,
+            "judgments": [j.raw for j in judgments],
+            "scores": [j.score for j in judgments],
+            "comparisons": [[a, b, p] for a, b, p in mine],
+            "elo": ratings,
+        }
+    )
+    best = None if ratings is None else elo_win(max(ratings) - min(ratings))
+    sampled_cost = [] if reuse else judgments
+    return Judgment(
+        None if best is None else 1 + 9 * best,
+        raw,
+        None if ratings is not None else why,
+        any(j.truncated for j in judgments),
+        False,
+        read + sum(j.tokens for j in sampled_cost),
+        len(mine) + sum(j.requests for j in sampled_cost),
+        sum(j.generated for j in sampled_cost),
+    )
 
 
 # --- the pieces, each checked by hand in tests/test_methods.py ----------------------------------

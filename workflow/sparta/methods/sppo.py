@@ -37,21 +37,10 @@ class SPPO(Method):
         return "pairwise"
 
     def judge(self, run) -> None:
-        from ..judging import JudgeItem, Judgment, judge_duels, reference_win_probability
-        from ..members import MemberSpec
+        from ..judging import Judgment, judge_duels, reference_win_probability
 
-        a = run.baselines.annotator
         pairwise = replace(run.cfg, format="pairwise", mode="expected")
-        asked = []  # (annotator, duel id, member, (i, j), item): every two answers of a prompt
-        for spec in run.specs:
-            annotator = MemberSpec("annotator", a.base if a else spec.base, a.adapter if a else None)
-            for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
-                for i, j in itertools.combinations(run.samples_of(d.duel_id, spec.name), 2):
-                    items = [JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, x)]) for x in (i, j)]
-                    asked += [
-                        (annotator, d.duel_id, spec.name, (i, j), items[0]),
-                        (annotator, d.duel_id, spec.name, (i, j), items[1]),
-                    ]
+        asked = _comparisons(run)
         judged = run.judged(asked, judge_duels, pairwise, lambda i: run.seed("annotator", *asked[i][1:4]))
         if run.reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
             for k in range(0, len(asked), 2):
@@ -59,22 +48,7 @@ class SPPO(Method):
                 p = reference_win_probability(a_.score, b_.score)
                 failed = None if None not in (a_.score, b_.score) else (a_.error or b_.error)
                 judged[k] = replace(a_, score=None if failed else 1 + 9 * p, error=failed)
-        # a failed comparison (no usable verdict in either order) counts as P = 1/2, as before;
-        # each answer's row records how many of its comparisons failed and any truncation
-        beats, failed, cut, tokens, requests = {}, {}, {}, {}, {}
-        for k in range(0, len(asked), 2):
-            _, duel, member, (i, j), _ = asked[k]
-            score = judged[k].score
-            beats.setdefault((member, duel), {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
-            if score is None:
-                failed.setdefault((member, duel), {})[(i, j)] = judged[k].error or "no usable verdict"
-            if judged[k].truncated or judged[k + 1].truncated:
-                cut.setdefault((member, duel), set()).add((i, j))
-            tokens[(member, duel)] = tokens.get((member, duel), 0) + judged[k].tokens + judged[k + 1].tokens
-            # a comparison asked in both orders: 2 requests (none for the reference judge)
-            requests[(member, duel)] = (
-                requests.get((member, duel), 0) + judged[k].requests + judged[k + 1].requests
-            )
+        beats, failed, cut, tokens, requests = _tallied(asked, judged)
         for (member, duel), p in beats.items():
             samples = sorted({x for pair in p for x in pair})
             # the prompt's tokens and requests shared over its K answers, summing to the totals
@@ -107,6 +81,48 @@ class SPPO(Method):
 
     def loss(self, baselines) -> str:
         return baselines.sppo_loss
+
+
+def _comparisons(run) -> list[tuple]:
+    """Every two answers of a prompt, each comparison as two items (the first answer, the
+    second): (annotator, duel id, member, (i, j), item). The annotator is
+    ``baselines.annotator``, or the member's base without adapter."""
+    from ..judging import JudgeItem
+    from ..members import MemberSpec
+
+    a = run.baselines.annotator
+    asked = []
+    for spec in run.specs:
+        annotator = MemberSpec("annotator", a.base if a else spec.base, a.adapter if a else None)
+        for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
+            for i, j in itertools.combinations(run.samples_of(d.duel_id, spec.name), 2):
+                items = [JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, x)]) for x in (i, j)]
+                asked += [
+                    (annotator, d.duel_id, spec.name, (i, j), items[0]),
+                    (annotator, d.duel_id, spec.name, (i, j), items[1]),
+                ]
+    return asked
+
+
+def _tallied(asked: list[tuple], judged: list) -> tuple[dict, dict, dict, dict, dict]:
+    """Per (member, duel): P(i beats j) of each comparison, the comparisons that failed (with
+    why), those that shortened an answer, and the tokens and requests they cost. A failed
+    comparison (no usable verdict in either order) counts as P = 1/2."""
+    beats, failed, cut, tokens, requests = {}, {}, {}, {}, {}
+    for k in range(0, len(asked), 2):
+        _, duel, member, (i, j), _ = asked[k]
+        score = judged[k].score
+        beats.setdefault((member, duel), {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
+        if score is None:
+            failed.setdefault((member, duel), {})[(i, j)] = judged[k].error or "no usable verdict"
+        if judged[k].truncated or judged[k + 1].truncated:
+            cut.setdefault((member, duel), set()).add((i, j))
+        tokens[(member, duel)] = tokens.get((member, duel), 0) + judged[k].tokens + judged[k + 1].tokens
+        # a comparison asked in both orders: 2 requests (none for the reference judge)
+        requests[(member, duel)] = (
+            requests.get((member, duel), 0) + judged[k].requests + judged[k + 1].requests
+        )
+    return beats, failed, cut, tokens, requests
 
 
 def failed_comparisons(n: int, of: int, errors: list[str]) -> str | None:

@@ -10,7 +10,7 @@ for runs side by side in one folder (two experiments, or a run and its repetitio
 * A run killed hard (``kill -9``, a node failure) leaves its lock files behind, and nothing in
   them tells a dead run's locks from a live one's.
 
-So, in snakemake's main process (:func:`install`, from the Snakefile):
+So, in snakemake's main process (:func:`install`, from :func:`sparta.engine.install`):
 
 * When snakemake locks the folder, the run (an experiment, or a study with all its
   experiments: everything under ``results/<name>/``) takes a kernel lock,
@@ -356,7 +356,8 @@ def install(workflow, run: str, kind: str = "experiment") -> None:
     if missing:
         raise WorkflowError(
             f"sparta: this snakemake has no {', '.join(missing)}, which sparta's run locks replace "
-            "(sparta/locks.py; tested with the snakemake that requirements.txt pins)"
+            "(sparta/engine/locks.py, tested with the snakemake that requirements.txt pins; "
+            "SPARTA_ENGINE=plain runs plain Snakemake without it: docs/development/engine.md)"
         )
     if not _original:
         _original.update(lock=PersistenceBase.lock, cleanup_locks=PersistenceBase.cleanup_locks)

@@ -14,9 +14,10 @@ outputs, logs or benchmarks matches the file; a file an output matches starts wi
 output's constant prefix and ends with its constant suffix, so keying by either finds the same
 outputs (``tests/test_planning.py`` compares both on every file of a plan:
 ``SPARTA_CHECK_OUTPUT_INDEX=1`` asks both indexes every lookup and stops at the first
-difference). Installed by rules/common.smk; a Snakemake without the index this replaces keeps
-its own. Each file's producers are looked up once per DAG (a file has a lookup per job that
-reads it), and the signatures of the rules' input and params functions once per function.
+difference). Installed by :func:`sparta.engine.install`; a Snakemake without the index this
+replaces keeps its own, and sparta.engine says so. Each file's producers are looked up once
+per DAG (a file has a lookup per job that reads it), and the signatures of the rules' input
+and params functions once per function.
 """
 
 from __future__ import annotations
@@ -192,27 +193,31 @@ def _check_directories_faster() -> bool:
     return True
 
 
-def install() -> bool:
-    """Use :class:`SuffixOutputIndex` for the DAGs Snakemake builds from now on; False (and
-    Snakemake's own index kept) where this Snakemake has no such index. Also sets the garbage
+def install() -> list[str]:
+    """Use :class:`SuffixOutputIndex` for the DAGs Snakemake builds from now on, remember the
+    signatures of the rules' functions (:func:`_cached_function_params`), check directory
+    outputs without ``Path`` objects (:func:`check_directory_outputs`) and set the garbage
     collector's thresholds (:data:`GC_THRESHOLDS`) for this snakemake process (a job's script
-    runs in a process of its own), remembers the signatures of the rules' functions
-    (:func:`_cached_function_params`) and checks directory outputs without ``Path`` objects
-    (:func:`check_directory_outputs`)."""
+    runs in a process of its own). Each gives the same plan as Snakemake's own code, faster.
+    Return the parts this Snakemake keeps its own code for, where it lacks what a part
+    replaces (sparta.engine says which, once)."""
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    _cache_signatures()
-    _check_directories_faster()
+    kept = []
+    if not _cache_signatures():
+        kept.append("snakemake.common.get_function_params (signature cache)")
+    if not _check_directories_faster():
+        kept.append("DAG.check_directory_outputs (directory-output check)")
     try:
         import snakemake.dag as dag
         from snakemake.output_index import OutputIndex
     except ImportError:
-        return False
+        return [*kept, "snakemake.dag.OutputIndex (producer index)"]
     if getattr(dag, "OutputIndex", None) not in (OutputIndex, SuffixOutputIndex, CheckedOutputIndex):
-        return False
+        return [*kept, "snakemake.dag.OutputIndex (producer index)"]
     checked = os.environ.get(CHECK_VARIABLE) == "1"
     if checked and dag.OutputIndex is not CheckedOutputIndex:
         atexit.register(_report)
     dag.OutputIndex = CheckedOutputIndex if checked else SuffixOutputIndex
-    return True
+    return kept

@@ -153,7 +153,8 @@ def install(workflow, paths) -> None:
     if "forcefiles" not in DAG.__init__.__code__.co_varnames:
         raise WorkflowError(
             "sparta: this snakemake's DAG takes no forcefiles, through which sparta rebuilds a "
-            "damaged file (sparta/integrity.py; tested with the snakemake that requirements.txt pins)"
+            "damaged file (sparta/engine/integrity.py, tested with the snakemake that requirements.txt "
+            "pins; SPARTA_ENGINE=plain runs plain Snakemake without it: docs/development/engine.md)"
         )
     root = Path(".snakemake").absolute()
     paths = list(dict.fromkeys(map(str, paths)))
@@ -198,8 +199,9 @@ def shared_bases(workflow, rules) -> None:
     if not hasattr(DAG, "update_needrun"):
         raise WorkflowError(
             "sparta: this snakemake's DAG has no update_needrun, which sparta wraps so a rebuilt "
-            "shared base retrains nothing (sparta/integrity.py; tested with the snakemake that "
-            "requirements.txt pins)"
+            "shared base retrains nothing (sparta/engine/integrity.py, tested with the snakemake that "
+            "requirements.txt pins; SPARTA_ENGINE=plain runs plain Snakemake without it: "
+            "docs/development/engine.md)"
         )
     rules = set(rules)
     if _state.get("bases") is not None:

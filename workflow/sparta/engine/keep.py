@@ -4,7 +4,8 @@ Snakemake deletes a job's existing outputs before it runs the job (``Job.remove_
 from ``Job.prepare``) and the outputs of a failed job after it (``Job.cleanup``, from
 ``Job.postprocess(error=True)``). A job that reruns over a finished run (its params or inputs
 changed, an input was damaged) and then fails would so lose the finished outputs it was meant
-to replace. Instead, in every snakemake process (:func:`install`, from the Snakefile):
+to replace. Instead, in every snakemake process (:func:`install`, from
+:func:`sparta.engine.install`):
 
 * before a job runs, its existing outputs are moved (a rename, same inode, mtime kept) into
   ``.snakemake/sparta-previous/<job>/`` (``<job>``: a digest of the job's output paths);
@@ -132,8 +133,9 @@ def install(workflow) -> None:
     if missing:
         raise WorkflowError(
             f"sparta: this snakemake has no {', '.join(missing)}, which sparta replaces to keep a "
-            "failed job's previous outputs (sparta/keep.py; tested with the snakemake that "
-            "requirements.txt pins)"
+            "failed job's previous outputs (sparta/engine/keep.py, tested with the snakemake that "
+            "requirements.txt pins; SPARTA_ENGINE=plain runs plain Snakemake without it: "
+            "docs/development/engine.md)"
         )
     if _original:
         return
