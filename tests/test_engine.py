@@ -149,17 +149,22 @@ def _tables(work: Path) -> dict[str, pd.DataFrame]:
 
 @pytest.mark.slow
 def test_the_tiny_run_gives_the_same_tables_on_plain_snakemake(run_a, tiny_base, tmp_path, monkeypatch):
-    """The tiny run (run_a, the engine on) made again with SPARTA_ENGINE=plain: every Parquet
-    table under results/ is there and equal (the trainer's runtime aside), and the plain run
-    took no sparta lock and wrote no integrity record or set-aside file."""
+    """The tiny run (run_a, the engine on) made again with SPARTA_ENGINE=plain up to its first
+    iteration's trained members (the SFTs, combat, judging, aggregation, DPO; the half of the
+    run that keeps CI short): every Parquet table it wrote is equal to run_a's (the trainer's
+    runtime aside), and the plain run took no sparta lock and wrote no integrity record or
+    set-aside file."""
     cfg = write_config(tmp_path, tiny_config(tiny_base))
     assert cfg.read_text() == (run_a[0].parent / "config.yaml").read_text()
     work = tmp_path / "work"
     monkeypatch.setenv(engine.VARIABLE, "plain")
-    proc = run_snakemake(work, cfg)
+    targets = ["results/tiny/iter_1/preferences.parquet"]
+    targets += [f"results/tiny/iter_1/members/{m}/member.json" for m in ("ann", "bob", "cid")]
+    proc = run_snakemake(work, cfg, *targets)
     assert "SPARTA_ENGINE=plain: Snakemake runs unchanged" in proc.stderr
     assert not [p.name for p in (work / ".snakemake").iterdir() if p.name.startswith("sparta")]
     plain, on = _tables(work), _tables(run_a[0])
-    assert len(on) > 40 and sorted(plain) == sorted(on)
-    for name, table in on.items():
-        pd.testing.assert_frame_equal(plain[name], table, obj=name)
+    assert len(plain) > 10 and set(plain) <= set(on), sorted(set(plain) - set(on))
+    assert any("training_log" in name for name in plain) and any("judgments" in name for name in plain)
+    for name, table in plain.items():
+        pd.testing.assert_frame_equal(table, on[name], obj=name)
