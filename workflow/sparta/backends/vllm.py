@@ -24,7 +24,7 @@ import os
 from ..chat import stop_token_ids
 from ..members import MemberSpec, check_adapter_folder, local_folder
 from ..modelfiles import VLLM_LORA_RANKS, lora_rank, vllm_lora_problems
-from ..models import gpu_dtype_problem, load_tokenizer
+from ..models import check_gpu_dtype, load_tokenizer
 from ..settings import BackendSettings, Runtime, Sampling, VLLMSettings
 from . import Backend, Generation, decode_answer
 
@@ -88,9 +88,7 @@ def _check_gpu(dtype: str) -> None:
         raise RuntimeError(
             "backend: vllm needs a CUDA GPU, and this job sees none: ask for one (resources.<stage>.gpu)"
         )
-    problem = gpu_dtype_problem(dtype, torch.cuda.get_device_capability(), torch.cuda.get_device_name())
-    if problem:
-        raise RuntimeError(problem)
+    check_gpu_dtype(dtype, torch.device("cuda"))
 
 
 def engine_kwargs(base: str, adapters, options: VLLMSettings, dtype: str, seed: int) -> dict:
