@@ -344,6 +344,7 @@ REPORT_FIGURES = (
 
 ANALYSIS_TABLES = (
     "diversity",
+    "pairs",
     "lengths",
     "label_accuracy",
     "judge_label_accuracy",

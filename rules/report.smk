@@ -36,6 +36,7 @@ rule analyze:
         pair_accuracy=held_out_accuracy,
     output:
         diversity=layout.analysis("{exp}", "diversity"),
+        pairs=layout.analysis("{exp}", "pairs"),
         lengths=layout.analysis("{exp}", "lengths"),
         label_accuracy=layout.analysis("{exp}", "label_accuracy"),
         judge_label_accuracy=layout.analysis("{exp}", "judge_label_accuracy"),
@@ -47,6 +48,7 @@ rule analyze:
         judging=layout.analysis("{exp}", "judging"),
     params:
         method=method,
+        baselines=baselines,
         **settings("analysis"),
     log:
         layout.log("{exp}", "analyze"),

@@ -1,5 +1,6 @@
 """The embedded default's data: regenerated from the seed, it equals the committed files."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_committed_data_is_what_the_generator_writes(tmp_path):
     main(["--out", str(tmp_path)])
-    names = ["arithmetic.jsonl", "arithmetic-large.jsonl"] + [f"sft/{d}.jsonl" for d in DOMAINS]
+    names = ["arithmetic.jsonl", "arithmetic-large.jsonl", "arithmetic-reworded.jsonl"]
+    names += [f"sft/{d}.jsonl" for d in DOMAINS]
     for name in names:
         assert (tmp_path / name).read_text() == (REPO / "data" / name).read_text(), name
 
@@ -26,6 +28,23 @@ def test_prompts_have_right_answers_and_split_is_seeded():
     assert [len(one[k]) for k in ("alignment", "validation", "test")] == [240, 80, 80]
     assert one["test"]["prompt_id"].tolist() == two["test"]["prompt_id"].tolist()
     assert not set(one["test"]["prompt_id"]) & set(one["alignment"]["prompt_id"])
+
+
+def test_reworded_prompts_are_right_and_never_worded_as_the_training_prompts():
+    reworded = read_prompt_file(REPO / "data/arithmetic-reworded.jsonl", "prompt", "answer", "prompt_id")
+    training = read_prompt_file(REPO / "data/arithmetic-large.jsonl", "prompt", "answer", "prompt_id")
+    assert len(reworded) == 400 and reworded["prompt"].is_unique
+    assert not reworded["prompt"].str.startswith("What is").any()
+    assert not set(reworded["prompt"]) & set(training["prompt"])
+    for text, answer in zip(reworded["prompt"], reworded["answer"]):
+        a, b = map(int, re.findall(r"\d+", text))
+        if any(w in text for w in ("product", "Multiply", "boxes")):
+            expected = a * b
+        elif any(w in text for w in ("sum", "Add", "combine", "more jars")):
+            expected = a + b
+        else:
+            expected = abs(a - b)  # "Take b away from a", "Subtract b from a": b first
+        assert int(answer) == expected, text
 
 
 def test_prompt_file_errors(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sparta import compare, tables
+from sparta import analysis, compare, tables
 from sparta.methods import baseline_pairs, best_and_worst, self_duels, win_rates
 from sparta.study import expand
 
@@ -96,6 +96,18 @@ def test_every_method_drops_a_pair_of_two_identical_texts_and_counts_it():
         SimpleNamespace(), duels, resp, judged, None, BaselineSettings(), 1, 0
     )
     assert (len(prefs), counts["pairs"], counts["identical"]) == (0, 0, 1)
+    # and the run's analysis counts it again, per iteration, from the same tables
+    history = tables.empty("history")
+    kept = analysis.pair_counts(
+        get("self_rewarding"), duels, resp, judged, history, prefs, BaselineSettings()
+    )
+    assert kept.to_dict("records") == [{"iteration": 1, "pairs": 0, "identical": 1}]
+    other = answers(d, "ann", ["x", "y", "z"])
+    made = baseline_pairs("self_rewarding", duels, other, judged)
+    kept = analysis.pair_counts(
+        get("self_rewarding"), duels, other, judged, history, made, BaselineSettings()
+    )
+    assert kept.to_dict("records") == [{"iteration": 1, "pairs": 1, "identical": 0}]
     spin = duel_rows(reference=["The answer is 4."])
     same = answers(spin["duel_id"][0], "ann", ["The answer is 4."])
     assert len(baseline_pairs("spin", spin, same, scores(spin["duel_id"][0], "ann", [1]))) == 0
@@ -799,6 +811,24 @@ def test_pairs_whose_prompt_fills_the_dpo_budget_are_left_out(tiny):
     kept = fitting_pairs(prefs, tok, "sys", budget)
     assert list(kept["prompt"]) == ["short?", "also short?"]
     assert len(fitting_pairs(prefs, tok, "sys", 10_000)) == 3
+
+
+def test_pairs_whose_answer_the_dpo_budget_cuts_are_counted(tiny):
+    """A judge pair's answer ends in its score: a budget that keeps the prompt but cuts the
+    answer trains everything but that end, and the DPO job warns with the count."""
+    from sparta.chat import chat_ids
+    from sparta.train import cut_pairs
+
+    _, tok = tiny
+    judgment = "The answer is right and clear. " * 4 + "Score: 5"
+    prefs = pd.DataFrame(
+        {"prompt": ["judge this"] * 2, "chosen": [judgment, "Score: 5"], "rejected": ["Score: 1"] * 2}
+    )
+    prompt = len(chat_ids(tok, "judge this", "sys"))
+    whole = len(tok(judgment, add_special_tokens=False)["input_ids"]) + 1
+    assert cut_pairs(prefs, tok, "sys", prompt + whole) == 0
+    assert cut_pairs(prefs, tok, "sys", prompt + whole - 1) == 1
+    assert cut_pairs(prefs, tok, "sys", prompt + 2) == 2
 
 
 def test_label_accuracy_of_no_pairs_is_an_empty_table():

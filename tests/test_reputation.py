@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparta import tables
+from sparta import analysis, tables
+from sparta.methods import get as get_method
 from sparta.reputation import (
     AggregationError,
     PoolState,
@@ -309,6 +310,9 @@ def test_a_duel_of_two_identical_answers_moves_reputations_but_makes_no_pair():
     hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
     assert (counts["a"], counts["identical"], len(prefs)) == (1, 1, 0)
     assert hist.loc[0, "outcome"] == "a" and s.reputation[0] > 100 > s.reputation[1]
+    sparta = get_method("sparta")
+    counted = analysis.pair_counts(sparta, duels.assign(iteration=1), resp, judg, hist, prefs, None)
+    assert counted.to_dict("records") == [{"iteration": 1, "pairs": 0, "identical": 1}]
 
 
 def test_judgments_of_combatants_are_ignored():

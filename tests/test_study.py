@@ -73,6 +73,10 @@ def test_every_method_writes_the_same_tables(study):
             )
         assert (run / "evaluation/selection.tsv").is_file()
         assert (run / "report/training.png").is_file() == (method in ANALYZED), method
+        if method in ANALYZED:  # every pair trained on is counted, and none of equal texts is
+            counted = tables.read(run / "analysis/pairs.parquet", "pairs")
+            assert counted.set_index("iteration")["pairs"].get(1) == len(prefs), method
+            assert (counted["identical"] >= 0).all()
         if method == "sparta":
             assert prefs["trainee"].isna().all() and (responses["sample"] == 0).all()
             continue

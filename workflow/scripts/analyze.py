@@ -9,7 +9,8 @@ from sparta.settings import job_settings
 
 sm = snakemake  # noqa: F821
 log = setup(sm.log[0], sm.threads)
-cfg = job_settings(sm).analysis
+job = job_settings(sm)
+cfg = job.analysis
 inp, out = sm.input, sm.output
 duels = tables.read_many(inp.duels, "duels")
 states = tables.read_many(inp.states, "state")
@@ -24,6 +25,11 @@ if cfg.embedding_package:
     embed = load_embedder(cfg.embedding_package)
 diversity = analysis.diversity_by_iteration(analysis.pair_diversity(responses, duels, embed))
 tables.write(diversity, out.diversity, "diversity")
+history = tables.read(inp.history, "history")
+pairs = analysis.pair_counts(
+    get(sm.params.method), duels, responses, judgments, history, prefs, job.baselines
+)
+tables.write(pairs, out.pairs, "pairs")
 tables.write(analysis.lengths(prefs), out.lengths, "lengths")
 hacking = analysis.reward_hacking(prefs)
 tables.write(hacking, out.reward_hacking, "reward_hacking")
@@ -54,6 +60,7 @@ corr = analysis.reputation_vs_performance(standings, evaluation)
 tables.write(corr, out.reputation_vs_performance, "reputation_vs_performance")
 with pd.option_context("display.width", 160):
     log.info("diversity:\n%s", diversity.to_string(index=False))
+    log.info("preference pairs, and those dropped as identical texts:\n%s", pairs.to_string(index=False))
     log.info("label accuracy:\n%s", label.to_string(index=False))
     log.info("reputation vs validation performance:\n%s", corr.to_string(index=False))
     log.info("answers with score-like text or notes to the judge:\n%s", hacking.to_string(index=False))

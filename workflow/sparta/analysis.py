@@ -107,6 +107,38 @@ def lengths(prefs: pd.DataFrame) -> pd.DataFrame:
     return df.groupby("iteration")[["chosen_words", "rejected_words"]].mean().reset_index()
 
 
+def pair_counts(method, duels, responses, judgments, history, prefs, baselines) -> pd.DataFrame:
+    """Per iteration: the preference pairs the members train on, and the pairs dropped because
+    their chosen and rejected answers are the same text (DPO would learn nothing from them).
+    Sparta's from its duel history (a decided duel of two equal answers); a baseline's by
+    making each round's pairs again (:meth:`Method.kept_pairs`, deterministic: its caps and
+    choices are seeded)."""
+    rows = []
+    for t in sorted(int(x) for x in duels["iteration"].unique()):
+        if len(history):
+            decided = history[(history["iteration"] == t) & history["outcome"].isin(["a", "b"])]
+            text = dict(zip(zip(responses["duel_id"], responses["member"]), responses["response"]))
+            identical = sum(
+                text.get((d, a)) == text.get((d, b))
+                for d, a, b in zip(decided["duel_id"], decided["member_a"], decided["member_b"])
+            )
+        else:
+            identical = 0
+            mine = duels[duels["iteration"] == t]
+            for _, round_duels in mine.groupby("round"):
+                ids = set(round_duels["duel_id"])
+                identical += method.kept_pairs(
+                    round_duels,
+                    responses[responses["duel_id"].isin(ids)],
+                    judgments[judgments["duel_id"].isin(ids)],
+                    baselines,
+                )[1]
+        rows.append(
+            {"iteration": t, "pairs": int((prefs["iteration"] == t).sum()), "identical": int(identical)}
+        )
+    return pd.DataFrame(rows, columns=tables.columns("pairs")) if rows else tables.empty("pairs")
+
+
 def judge_label_accuracy(
     judgments: pd.DataFrame, duels: pd.DataFrame, responses: pd.DataFrame, kind: str = "number"
 ) -> pd.DataFrame:

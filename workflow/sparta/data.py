@@ -371,6 +371,78 @@ def arithmetic_prompts(n: int, seed: int, wide: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+REWORDED = {
+    "addition": (
+        "Find the sum of {a} and {b}.",
+        "Add {b} to {a}. What number do you get?",
+        "If you combine {a} and {b}, what is the total?",
+    ),
+    "subtraction": (
+        "Take {b} away from {a}. What is left?",
+        "Find the difference between {a} and {b}.",
+        "Subtract {b} from {a}. What number do you get?",
+    ),
+    "multiplication": (
+        "Find the product of {a} and {b}.",
+        "Multiply {a} by {b}. What number do you get?",
+        "There are {a} boxes with {b} eggs in each box. How many eggs are there in all?",
+    ),
+    "word_problems": (
+        "A shelf holds {a} jars. Someone puts {b} more jars on it. How many jars are on the shelf now?",
+        "A baker made {a} rolls and sold {b} of them. How many rolls remain?",
+        "There were {a} birds on a fence; {b} flew away. How many birds are still on the fence?",
+    ),
+}
+"""Arithmetic worded as the training prompts never are (``data/arithmetic-reworded.jsonl``): the
+evaluation task off the training distribution. Word problems take the first template's sum or
+one of the other two's difference."""
+
+
+def reworded_prompts(n: int, seed: int) -> pd.DataFrame:
+    """``n`` distinct problems of the four domains in turn, each through one of its
+    :data:`REWORDED` templates, with the numbers of the wide problems (``_problem``'s)."""
+    rng = random.Random(f"{seed}-reworded")
+    rows, seen = [], set()
+    for _ in range(100 * n):
+        if len(rows) == n:
+            break
+        domain = DOMAINS[len(rows) % len(DOMAINS)]
+        k = rng.randrange(len(REWORDED[domain]))
+        a, b = _operands(domain, k, rng)
+        question = REWORDED[domain][k].format(a=a, b=b)
+        if question in seen:
+            continue
+        seen.add(question)
+        answer = a * b if domain == "multiplication" else a + b if _adds(domain, k) else a - b
+        rows.append(
+            {
+                "prompt_id": f"reword-{len(rows):04d}",
+                "prompt": question,
+                "answer": str(answer),
+                "domain": domain,
+            }
+        )
+    if len(rows) < n:
+        raise ValueError(f"could only make {len(rows)} distinct reworded prompts, asked for {n}")
+    return pd.DataFrame(rows)
+
+
+def _adds(domain: str, k: int) -> bool:
+    return domain == "addition" or (domain == "word_problems" and k == 0)
+
+
+def _operands(domain: str, k: int, rng: random.Random) -> tuple[int, int]:
+    """Two numbers in the wide problems' ranges; a difference's first is the larger."""
+    if domain == "multiplication":
+        return rng.randint(2, 30), rng.randint(2, 12)
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    if rng.random() < 0.5:
+        a, b = rng.randint(10, 99), rng.randint(2, 9)
+    if not _adds(domain, k):
+        a, b = max(a, b) + min(a, b), min(a, b)
+    return a, b
+
+
 def sft_examples(domain: str, n: int, seed: int) -> pd.DataFrame:
     rng = random.Random(f"{seed}-{domain}")
     rows = [_problem(domain, rng) for _ in range(n)]
@@ -390,11 +462,13 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=400)
     ap.add_argument("--sft", type=int, default=256)
     ap.add_argument("--large", type=int, default=1200, help="prompts of arithmetic-large.jsonl (wide)")
+    ap.add_argument("--reworded", type=int, default=400, help="prompts of arithmetic-reworded.jsonl")
     ap.add_argument("--seed", type=int, default=2024)
     args = ap.parse_args(argv)
     out = Path(args.out)
     write_jsonl(arithmetic_prompts(args.prompts, args.seed), out / "arithmetic.jsonl")
     write_jsonl(arithmetic_prompts(args.large, args.seed, wide=True), out / "arithmetic-large.jsonl")
+    write_jsonl(reworded_prompts(args.reworded, args.seed), out / "arithmetic-reworded.jsonl")
     for d in DOMAINS:
         write_jsonl(sft_examples(d, args.sft, args.seed + 1), out / "sft" / f"{d}.jsonl")
 

@@ -306,6 +306,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("duels", pa.int64()),
         ]
     ),
+    # per iteration: the preference pairs the members train on, and the pairs dropped because
+    # chosen and rejected are the same text
+    "pairs": pa.schema([("iteration", _i32), ("pairs", pa.int64()), ("identical", pa.int64())]),
     # mean words of chosen and rejected answers per iteration
     "lengths": pa.schema([("iteration", _i32), ("chosen_words", _f64), ("rejected_words", _f64)]),
     # preference-label accuracy over informative pairs (exactly one answer right), with a 95%

@@ -166,6 +166,19 @@ def fitting_pairs(prefs: pd.DataFrame, tok, system: str | None, max_length: int)
     return prefs[fits].reset_index(drop=True)
 
 
+def cut_pairs(prefs: pd.DataFrame, tok, system: str | None, max_length: int) -> int:
+    """How many pairs have an answer (chosen or rejected) that ``max_length`` cuts: the
+    trainer keeps the prompt and drops the answer's end, for a judge pair its "Score: N"."""
+    from .chat import chat_ids
+
+    cut = 0
+    for prompt, *texts in zip(prefs["prompt"], prefs["chosen"], prefs["rejected"]):
+        room = max_length - len(chat_ids(tok, prompt, system))
+        longest = max(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+        cut += longest + 1 > room  # the end-of-turn token closes every answer
+    return cut
+
+
 def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
     """The pairs a member trains on: every pair (Sparta: no trainee) or its own (a baseline)."""
     if "trainee" not in prefs:
@@ -381,6 +394,16 @@ def _fitting(prefs: pd.DataFrame, tok, member: str, system: str | None, max_leng
             member,
             len(prefs) - len(fitting),
             len(prefs),
+            max_length,
+        )
+    cut = cut_pairs(fitting, tok, system, max_length) if len(fitting) else 0
+    if cut:
+        log.warning(
+            "member %s: %d of %d pairs have an answer cut at dpo.max_length %d (its end, a "
+            "judgment's score included, goes untrained): raise dpo.max_length",
+            member,
+            cut,
+            len(fitting),
             max_length,
         )
     return fitting
