@@ -35,8 +35,7 @@ PATCHES = (
     Patch(
         "planning",
         "snakemake.dag.OutputIndex (by an index on the outputs' constant suffixes), "
-        "get_function_params in snakemake.common and snakemake.rules (remembered per function), "
-        "DAG.check_directory_outputs (on path components), the garbage collector's thresholds",
+        "the garbage collector's thresholds",
         "every output starts results/{exp}/, so Snakemake's prefix index tests every output of "
         "every rule for every file: a third of planning the paper's Table 1",
         "fast plans of large studies (the plan is the same either way)",
