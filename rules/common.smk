@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from sparta import config as sparta_config
 from sparta import engine
+from sparta import finished
 from sparta import layout
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
@@ -21,8 +22,11 @@ from sparta.settings import Untracked, as_data, section_data
 from sparta import hub
 
 hub.PLANNING = workflow.dryrun or bool(getattr(workflow.output_settings, "dryrun", False))
-# the schema (every problem at once, one line each; numbers read by their meaning, in place)
-sparta_config.validate(config)
+# a key written twice in config.yaml or a --configfile (YAML keeps the second silently): refused
+sparta_config.check_config_files(workflow.configfiles)
+# the schema (every problem at once, one line each; numbers read by their meaning, in place;
+# --config replace_finished=true, which Snakemake passes as text, as the boolean)
+sparta_config.validate(finished.read_switch(config))
 # the typed settings of every run (sparta/settings.py holds every default), checked against
 # the world before any job starts; paths are relative to the working directory, as in jobs
 STUDY = sparta_config.load_study(config, ".")
@@ -47,6 +51,12 @@ if EMBEDDED_LEFTOVERS and workflow.is_main_process:
 
 
 RUNS = STUDY.runs  # run id -> settings: the experiments and the shared initial pools
+# A finished run of the same name made with other settings (its settings.yaml) is not rebuilt
+# without a word: the run stops here, dry runs too, naming the settings that differ, unless
+# replace_finished (sparta/finished.py). The main process only: a cluster job's snakemake loads
+# the workflow again, after record_settings has written the new settings.
+if workflow.is_main_process:
+    finished.check(STUDY.experiments, ".")
 # Hub ids of every run, downloaded once by the local rule hub_download (pool.smk) into the
 # Hugging Face cache; its manifest is an input (ancient: only that it exists) of every
 # initial member, so every model job comes after it. Jobs never touch the network.

@@ -7,9 +7,10 @@ rule record_settings:
     output:
         settings=layout.run_file("{exp}", layout.SETTINGS),
     params:
-        # and, for a config of its own pool, what it still takes from config.yaml's toy
+        # (but replace_finished, a choice of one command) and, for a config of its own pool,
+        # what it still takes from config.yaml's toy
         settings=lambda wc: {
-            **run_of(wc).to_dict(),
+            **finished.recorded(run_of(wc)),
             **({"from_embedded_default": EMBEDDED_LEFTOVERS} if EMBEDDED_LEFTOVERS else {}),
         },
     log:

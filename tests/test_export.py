@@ -1,7 +1,8 @@
 """Where a member's files are recorded and what an export says about its base: member.json
 paths relative to the results root (old files still read), the base's content digest, the
-provenance and license of a base converted from a GGUF, and a whole run moved elsewhere that
-resumes with nothing to do and exports from its new place."""
+provenance and license of a base converted from a GGUF, a whole run moved elsewhere that
+resumes with nothing to do and exports from its new place, and a run folder copied alone that
+finds its base (or is given it with --base) and names a deleted adapter."""
 
 import importlib.util
 import json
@@ -162,3 +163,87 @@ def test_a_moved_run_resumes_with_nothing_to_do_and_exports_from_its_new_place(t
         err = capsys.readouterr().err
         assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert afile.read_text() == "keep"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A run folder of two checkpoints of one member (a LoRA adapter on a tiny base in
+    results/_bases/), written as the workflow writes them: member.json relative to the results
+    root. No workflow run: the folder alone."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    base = build_tiny_model(root / "results/_bases/tiny")
+    run = root / "results/exp"
+    MemberSpec("bob", str(base), None).write(run / "iter_0/members/bob/member.json", root=root / "results")
+    member = run / "iter_1/members/bob"
+    lora = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(member / "adapter")
+    MemberSpec("bob", str(base), str(member / "adapter")).write(member / "member.json", root=root / "results")
+    return run
+
+
+def _export(run, out, *more):
+    from sparta.cli import main
+
+    return main(["export", str(run), str(out), "--member", "bob", *more])
+
+
+def _error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_a_run_folder_copied_out_of_results_finds_its_base_or_is_given_it(tiny_run, tmp_path, capsys):
+    """The member.json's base is relative to results/: a run folder copied alone points at a
+    _bases/ that is not there. Export then looks in _bases/ and results/_bases/ in and above the
+    run folder, and --base names the base outright."""
+    base = tiny_run.parent / "_bases/tiny"
+    alone = tmp_path / "copy/deep/exp"
+    shutil.copytree(tiny_run, alone)
+    capsys.readouterr()
+    assert _export(alone, tmp_path / "none") == 2
+    err = _error(capsys)
+    assert "the base of bob" in err and "--base FOLDER" in err and str(alone / "iter_1/members/bob") in err
+    assert not (tmp_path / "none").exists()
+
+    assert _export(alone, tmp_path / "given", "--base", str(base)) == 0
+    config = json.loads((tmp_path / "given/adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(base.resolve())
+    recorded = yaml.safe_load((tmp_path / "given/sparta_export.yaml").read_text())
+    assert recorded["base_sha256"] == folder_digest(base)
+
+    shutil.copytree(base, tmp_path / "copy/results/_bases/tiny")  # results/_bases two folders up
+    assert _export(alone, tmp_path / "above") == 0
+    config = json.loads((tmp_path / "above/adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((tmp_path / "copy/results/_bases/tiny").resolve())
+
+    shutil.copytree(base, alone / "_bases/tiny")  # the run's own _bases/ comes first
+    assert _export(alone, tmp_path / "own") == 0
+    config = json.loads((tmp_path / "own/adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((alone / "_bases/tiny").resolve())
+    assert (
+        json.loads((alone / "iter_1/members/bob/member.json").read_text())["base"]
+        == "../../../../_bases/tiny"
+    )
+
+
+def test_export_names_a_deleted_adapter_and_a_base_that_is_no_model(tiny_run, tmp_path, capsys):
+    copy = tmp_path / "results/exp"
+    shutil.copytree(tiny_run, copy)
+    capsys.readouterr()
+    for bad, says in ((tmp_path / "results", "not a model folder"), (tmp_path / "nowhere", "no such folder")):
+        assert _export(copy, tmp_path / "out", "--base", str(bad)) == 2
+        assert says in _error(capsys)
+    assert _export(copy, tmp_path / "out", "--base", "acme/not-downloaded") == 2
+    err = _error(capsys)
+    assert "hf://acme/not-downloaded is not in the Hugging Face cache" in err
+
+    adapter = copy / "iter_1/members/bob/adapter"
+    shutil.rmtree(adapter)  # also the base is gone: the adapter is named first
+    assert _export(copy, tmp_path / "out") == 2
+    err = _error(capsys)
+    assert f"the adapter of bob at iteration 1, {adapter.resolve()}, is gone" in err
+    assert not (tmp_path / "out").exists()

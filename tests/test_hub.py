@@ -181,6 +181,25 @@ def test_a_run_with_members_by_hub_id(offline, tmp_path):
     assert config["base_model_name_or_path"] == MODEL
 
 
+def test_export_takes_a_hub_base_for_a_run_whose_base_is_gone(offline, tmp_path):
+    """`sparta export --base ORG/NAME`: a run folder whose member.json names a base folder that
+    is nowhere exports on the hub model, found in the Hugging Face cache, and names it."""
+    import shutil
+
+    from sparta.export import export
+
+    member = tmp_path / "results/exp/iter_1/members/bob"
+    (tmp_path / "results/exp/iter_0").mkdir(parents=True)
+    shutil.copytree(hub.cached(hub.parse(f"hf://{ADAPTER}")), member / "adapter")
+    MemberSpec("bob", str(tmp_path / "gone/_bases/tiny"), str(member / "adapter")).write(
+        member / "member.json"
+    )
+    record = export(tmp_path / "results/exp", tmp_path / "out", member="bob", base=MODEL)
+    assert record["base"] == f"hf://{MODEL}" and record["base_model_name_or_path"] == MODEL
+    config = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == MODEL
+
+
 def test_snakemake_stops_on_a_missing_id_before_any_job_and_a_dry_run_plans_it(offline, tmp_path):
     cfg = tiny_config(
         tmp_path,

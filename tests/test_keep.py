@@ -57,7 +57,10 @@ def test_a_failing_rerun_leaves_the_finished_run_as_it_was(run_a, tiny_base, tmp
     before = _finished_files(work)
     judgments = [p for p in before if "/iter_1/" in p and "/judgments/" in p]
     assert judgments
-    bad = write_config(tmp_path / "bad", tiny_config(tiny_base, judge={"max_length": 64}))
+    # a finished run: a changed setting runs with replace_finished (sparta/finished.py)
+    bad = write_config(
+        tmp_path / "bad", tiny_config(tiny_base, judge={"max_length": 64}, replace_finished=True)
+    )
     proc = run_snakemake(work, bad, check=False, cores=1)
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert "set aside the" in proc.stderr and "previous output file(s) are back" in proc.stderr
@@ -68,8 +71,9 @@ def test_a_failing_rerun_leaves_the_finished_run_as_it_was(run_a, tiny_base, tmp
     changed = [p for p in before if after[p] != before[p]]
     assert changed in ([], ["results/tiny/settings.yaml"]), changed
     assert not any((work / ".snakemake" / keep.FOLDER).glob("*/*"))
-    # the setting back: the restored judgments are the finished ones, records included
-    same = write_config(tmp_path / "same", tiny_config(tiny_base))
+    # the setting back: the restored judgments are the finished ones, records included (the
+    # switch again: record_settings may have written the failed attempt's settings)
+    same = write_config(tmp_path / "same", tiny_config(tiny_base, replace_finished=True))
     dry = run_snakemake(work, same, "-n")
     planned = set(re.findall(r"^(?:local)?rule (\w+):", dry.stdout, flags=re.M))
     assert planned - {"all"} <= {"record_settings"}, (dry.stdout + dry.stderr)[-3000:]

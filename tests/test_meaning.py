@@ -114,7 +114,7 @@ def test_text_that_is_no_number_names_the_key(tiny_base):
 @pytest.mark.parametrize(
     "reputation, key",
     [
-        ({"scale": 1e300}, "reputation.scale"),
+        ({"scale": 10000, "kappa_start": 1e-9, "kappa_min": 0}, "reputation.scale"),
         ({"eps": 0}, "reputation.eps is 0"),
         ({"kappa_start": 0, "kappa_min": 0}, "reputation.kappa_start and kappa_min are 0"),
     ],
@@ -189,7 +189,7 @@ def test_every_schema_problem_at_once_one_line_each(tiny_base):
     assert lines[0] == "config problems:" and len(lines) == 4, text
     assert "  - iteratons: unknown key; did you mean iterations?" in lines
     assert "  - generation.max_new_tokns: unknown key; did you mean max_new_tokens?" in lines
-    assert "  - generation.top_p: 5 is greater than the maximum of 1" in lines
+    assert "  - generation.top_p: 5 is greater than the maximum of 1; set a value in (0, 1]" in lines
     assert "description" not in text and str(tiny_base) not in text  # neither schema nor config
 
 
@@ -235,7 +235,7 @@ def test_a_study_tells_each_problem_once_with_the_runs_it_affects(tiny_base):
     lines = text.splitlines()
     assert lines[0] == "config problems:" and text.count("config problems:") == 1
     assert "  - dpo.bet: unknown key; did you mean beta? (runs: typo-seed1, typo-seed2)" in lines, text
-    hot = "  - generation.temperature: 1000000000.0 is greater than the maximum of 10"
+    hot = "  - generation.temperature: 1000000000.0 is greater than the maximum of 10; set a value in [0, 10]"
     assert f"{hot} (runs: hot-seed1, hot-seed2)" in lines, text
     assert len(lines) == 3, text  # schema problems first; the world is checked once they are fixed
     del cfg["study"]["experiments"]["typo"], cfg["study"]["experiments"]["hot"]

@@ -167,8 +167,10 @@ def test_the_trainer_keeps_the_columns_its_signature_hook_names():
 
 def test_the_workflow_object_has_what_the_rules_read():
     """rules/common.smk reads workflow.dryrun, output_settings.dryrun, is_main_process,
-    resource_settings.cores, cores, local_exec and config_settings.overwrite_config (the
-    configfiles and --config merged: set in ConfigSettings.__post_init__, no declared field)."""
+    resource_settings.cores, cores, local_exec, config_settings.overwrite_config (the
+    configfiles and --config merged: set in ConfigSettings.__post_init__, no declared field) and
+    configfiles (every config file read, checked for keys written twice: set in
+    Workflow.__post_init__, appended to by the configfile directive, no declared field)."""
     import snakemake.api  # noqa: F401  (snakemake.workflow alone is a circular import)
     from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
     from snakemake.workflow import Workflow
@@ -180,3 +182,5 @@ def test_the_workflow_object_has_what_the_rules_read():
     assert "dryrun" in {f.name for f in dataclasses.fields(OutputSettings)}
     assert "cores" in {f.name for f in dataclasses.fields(ResourceSettings)}
     assert ConfigSettings(config={"seed": 3}).overwrite_config == {"seed": 3}
+    assert "self.configfiles = " in inspect.getsource(Workflow.__post_init__)
+    assert "self.configfiles.append(" in inspect.getsource(Workflow.configfile)

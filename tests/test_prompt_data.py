@@ -86,6 +86,35 @@ def test_a_json_file_that_is_not_json_names_its_line(tmp_path):
     assert "not valid JSON at line 3" in read_error(path)
 
 
+def test_json_lines_saved_as_json_are_told_to_be_renamed(tmp_path):
+    path = jsonl(tmp_path / "prompts.json", {"prompt": "a"}, {"prompt": "b"})
+    text = read_error(path)
+    assert "looks like JSON Lines" in text and "rename it prompts.jsonl" in text, text
+    assert "Extra data" not in text
+    (tmp_path / "two.json").write_text('[{"prompt": "a"}]\n[{"prompt": "b"}]\n')  # not lines of objects
+    assert "not valid JSON at line 2: Extra data" in read_error(tmp_path / "two.json")
+
+
+def test_a_folder_named_as_the_prompt_file_is_told_to_be_a_file(tmp_path):
+    (tmp_path / "prompts").mkdir()
+    text = read_error(tmp_path / "prompts")
+    assert f"prompt file {tmp_path / 'prompts'} is a folder (config key prompts.file)" in text, text
+    assert "name a file in it" in text and "does not exist" not in text
+
+
+def test_a_csv_prompt_the_reader_takes_for_missing_says_so(tmp_path):
+    """pandas reads NA, null, None... in a CSV cell as a missing value, quoted or not: the
+    message names the text and the way to keep it (a jsonl or parquet file)."""
+    (tmp_path / "p.csv").write_text('prompt,answer\nhello,1\nNA,2\n"null",3\n,4\n')
+    text = read_error(tmp_path / "p.csv")
+    assert "row 2 (line 3): 'NA', read as missing; row 3 (line 4): 'null', read as missing" in text, text
+    assert "the CSV reader takes NA, N/A, NaN, null, None and the like for a missing value" in text
+    assert text.endswith("write the prompts as .jsonl or .parquet)")
+    assert "row 4 (line 5): empty (null)" in text  # a cell with nothing in it
+    jsonl(tmp_path / "p.jsonl", {"prompt": "hello"}, {"prompt": "NA"})
+    assert read_prompt_file(tmp_path / "p.jsonl", "prompt")["prompt"].tolist() == ["hello", "NA"]
+
+
 def test_a_byte_order_mark_is_accepted(tmp_path):
     rows = [{"prompt": "What is 1 + 1?", "answer": "2"}, {"prompt": "What is 2 + 2?", "answer": "4"}]
     body = "".join(json.dumps(r) + "\n" for r in rows)

@@ -82,6 +82,8 @@ def test_what_a_config_of_its_own_pool_takes_from_the_embedded_toy():
     sft = {**own, "members": [{"name": "a", "base": "x", "sft_domain": "addition"}]}
     assert "sft.max_steps 12 (default 30)" in embedded_leftovers(embedded, sft)
     assert "dpo.learning_rate 5e-05 (default 1e-06)" in found
+    off = embedded_leftovers(embedded, {**own, "evaluation": {"enabled": False}})
+    assert not any(f.startswith("evaluation.") for f in off)  # evaluation off: its tasks are unused
 
 
 def test_the_own_pool_example_settings(workspace, monkeypatch, capsys):
@@ -94,7 +96,7 @@ def test_the_own_pool_example_settings(workspace, monkeypatch, capsys):
     assert settings["dpo"]["learning_rate"] == 1e-6  # written 1e-6: a number, not text
     assert settings["generation"]["max_new_tokens"] == 512 and settings["iterations"] == 8
     assert [m["name"] for m in settings["members"]] == ["code_alpaca", "lima", "plain"]
-    assert settings["prompts"]["id_column"] is None and settings["evaluation"]["tasks"] == []
+    assert settings["prompts"]["id_column"] is None and settings["evaluation"]["enabled"] is False
 
 
 def test_a_base_model_no_member_names_is_not_checked(tiny_base):

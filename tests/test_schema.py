@@ -25,7 +25,10 @@ def test_generated_files_are_up_to_date(path):
 def test_schema_states_bounds_choices_and_defaults_of_the_fields():
     s = generated.schema()
     rep = s["properties"]["reputation"]["properties"]
-    assert rep["scale"]["exclusiveMinimum"] == 0 and rep["ddof"]["enum"] == [0, 1]
+    assert (rep["scale"]["minimum"], rep["scale"]["maximum"]) == (0.01, 10000) and rep["ddof"]["enum"] == [
+        0,
+        1,
+    ]
     assert rep["preset"]["enum"] == ["sparta", "authors", "paper"]
     assert "Default: 20." in rep["scale"]["description"]
     assert s["properties"]["dpo_fanout"] == {

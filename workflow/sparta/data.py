@@ -32,6 +32,11 @@ def _json_records(text: str, path: Path, what: str, lines: bool) -> list[tuple[s
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
+            if e.msg == "Extra data" and _json_lines(text):
+                raise PromptFileError(
+                    f"{what} {path} looks like JSON Lines (one JSON object per line), not one JSON "
+                    f"document: rename it {path.with_suffix('.jsonl').name}"
+                ) from None
             raise PromptFileError(f"{what} {path}: not valid JSON at line {e.lineno}: {e.msg}") from None
         rows = data if isinstance(data, list) else []
         return [(f"row {i}", r) for i, r in enumerate(rows, start=1) if isinstance(r, dict)]
@@ -55,6 +60,14 @@ def _json_records(text: str, path: Path, what: str, lines: bool) -> list[tuple[s
     return records
 
 
+def _json_lines(text: str) -> bool:
+    """Whether every non-blank line of ``text`` is a JSON object of its own."""
+    try:
+        return all(isinstance(json.loads(line), dict) for line in text.splitlines() if line.strip())
+    except json.JSONDecodeError:
+        return False
+
+
 def read_table_file(path: str | Path, what: str = "prompt file", key: str = "prompts.file") -> pd.DataFrame:
     """A jsonl, json, csv or parquet file as a DataFrame, with errors that name the file (and
     the line, for a JSON line that cannot be read); a UTF-8 byte order mark is accepted."""
@@ -65,6 +78,11 @@ def _read_table(path: str | Path, what: str, key: str) -> tuple[pd.DataFrame, li
     """The table of :func:`read_table_file`, and for a JSON file its rows as written (before
     pandas guesses types: "123" stays text) as (where, record) pairs (None for others)."""
     path = Path(path)
+    if path.is_dir():
+        raise PromptFileError(
+            f"{what} {path} is a folder (config key {key}): name a file in it, "
+            ".jsonl, .json, .csv or .parquet"
+        )
     if not path.is_file():
         raise PromptFileError(f"{what} {path} does not exist (config key {key})")
     suffix = path.suffix.lower()
@@ -117,10 +135,12 @@ def _check_text(df: pd.DataFrame, records, column: str, path: Path, suffix: str,
     else:
         row = (lambda i: f"row {i} (line {i + 1})") if suffix == ".csv" else (lambda i: f"row {i}")
         values = [(row(i), v) for i, v in enumerate(df[column].tolist(), start=1)]
+    cells = _csv_cells(path, column, len(values)) if suffix == ".csv" else None
     bad = []
-    for where, value in values:
+    for i, (where, value) in enumerate(values):
         if value is None or (isinstance(value, float) and pd.isna(value)):
-            bad.append(f"{where}: empty (null)")
+            cell = cells[i].strip() if cells is not None else ""
+            bad.append(f"{where}: {cell!r}, read as missing" if cell else f"{where}: empty (null)")
         elif isinstance(value, str):
             if not value.strip():
                 bad.append(f"{where}: only whitespace" if value else f"{where}: empty text")
@@ -130,10 +150,29 @@ def _check_text(df: pd.DataFrame, records, column: str, path: Path, suffix: str,
             bad.append(f"{where}: {_kind(value)}")
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        why = f" ({CSV_MISSING})" if any(b.endswith("read as missing") for b in bad) else ""
         raise PromptFileError(
             f"prompt file {path}: column {column!r} ({key}) must hold non-empty text in every row; "
-            f"{'; '.join(bad[:5])}{more}"
+            f"{'; '.join(bad[:5])}{more}{why}"
         )
+
+
+CSV_MISSING = (
+    "the CSV reader takes NA, N/A, NaN, null, None and the like for a missing value, quoted or "
+    "not: to keep such text as a prompt, write the prompts as .jsonl or .parquet"
+)
+
+
+def _csv_cells(path: Path, column: str, rows: int) -> list[str] | None:
+    """The cells of ``column`` of a CSV file as written (no text taken for a missing value);
+    None when they cannot be lined up with the rows read."""
+    try:
+        raw = pd.read_csv(path, encoding="utf-8-sig", dtype=str, keep_default_na=False)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if column not in raw.columns or len(raw) != rows:
+        return None
+    return raw[column].tolist()
 
 
 def rows_where(df: pd.DataFrame, where: dict, key: str) -> pd.Series:

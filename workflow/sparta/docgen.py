@@ -477,7 +477,9 @@ with the package (`pip install -r requirements.txt` installs the workflow's fold
 editable mode). Generated from the command's argparse parser (`workflow/sparta/cli.py`).
 
 Every command prints a text table, or JSON with `--json`. A bad path or a missing iteration
-gives a one-line error and exit status 2. `sparta <command> --help` prints the same as below.
+gives a one-line error and exit status 2; a usage error (an option the command does not take, a
+missing argument) ends with the form the command expects. `sparta <command> --help` prints the
+same as below.
 """
 
 

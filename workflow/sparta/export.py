@@ -10,6 +10,10 @@ The folder is self-contained: the adapter names its base by a hub id (the run's 
 is one, or ``--base-id``) or by the base folder's absolute path, whose content digest is
 recorded (``sparta_export.yaml``, the card), so it loads from any working directory. Files
 are written with the modes the umask gives, like every other output.
+
+A run folder copied out of its results folder finds its base on its own (:func:`find_base`:
+the stored path, else ``_bases/<name>`` in the run or ``_bases/`` or ``results/_bases/`` in
+a folder above it); ``--base FOLDER`` or ``--base ORG/NAME`` names it instead.
 """
 
 from __future__ import annotations
@@ -66,6 +70,70 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
     if iteration not in found:
         raise ExportError(f"member {member} has no checkpoint {iteration} in {run}; it has {found}")
     return member, iteration
+
+
+# --- finding the member's base and adapter ---------------------------------------------------
+
+
+def base_candidates(run: Path, stored: str) -> list[Path]:
+    """Where a member's local base may be, in order: the path its member.json names, then a
+    folder of that name in ``_bases/`` of the run and of every folder above it, or in
+    ``results/_bases/`` beside one (a run folder copied out of ``results/``, with or without
+    the converted bases)."""
+    name = Path(stored).name
+    found = [Path(stored)]
+    for folder in [run.resolve(), *run.resolve().parents]:
+        found += [folder / "_bases" / name, folder / layout.RESULTS / "_bases" / name]
+    return found
+
+
+def find_base(run: Path, stored: str) -> str | None:
+    """The member's base: a hub id as it is, else the first model folder (one with a
+    config.json) of :func:`base_candidates`; None when there is none."""
+    if is_hub_id(stored):
+        return stored
+    for folder in base_candidates(run, stored):
+        if (folder / "config.json").is_file():
+            return str(folder)
+    return None
+
+
+def given_base(value: str) -> str:
+    """``--base``: a model folder (absolute), or a hub id as an ``hf://`` id (looked up in the
+    Hugging Face cache, as the run's hub bases are)."""
+    if Path(value).is_dir():
+        if not (Path(value) / "config.json").is_file():
+            raise ExportError(f"--base {value} is not a model folder (no config.json): name a model folder")
+        return str(Path(value).resolve())
+    if is_hub_id(value):
+        return value if value.startswith(hub.PREFIX) else hub.PREFIX + value
+    raise ExportError(f"--base {value}: no such folder, and not a hub id (ORG/NAME)")
+
+
+def _with_files(run: Path, name: str, checkpoint: int, spec: MemberSpec, base: str | None) -> MemberSpec:
+    """``spec`` with its base found (or ``base``, given), after checking its adapter is there."""
+    member_json = layout.RunFolder(run).member_json(checkpoint, name)
+    adapter = spec.adapter
+    if (
+        adapter is not None
+        and not hub.is_ref(adapter)
+        and not (Path(adapter) / "adapter_config.json").is_file()
+    ):
+        gone = "is gone" if not Path(adapter).exists() else "holds no adapter_config.json"
+        raise ExportError(
+            f"the adapter of {name} at iteration {checkpoint}, {adapter}, {gone} ({member_json} "
+            "names it): copy it back from the original run, or export another checkpoint"
+        )
+    if base is not None:
+        return MemberSpec(spec.name, given_base(base), adapter)
+    found = find_base(run, spec.base)
+    if found is None:
+        raise ExportError(
+            f"the base of {name}, {spec.base} ({member_json} names it), is not there, nor in a "
+            f"_bases/ or results/_bases/ folder in or above {run}: name it with --base FOLDER "
+            "(or --base ORG/NAME, a hub model)"
+        )
+    return MemberSpec(spec.name, found, adapter)
 
 
 # --- what the folder records about its base --------------------------------------------------
@@ -533,32 +601,42 @@ def _make_folder(out: Path) -> None:
 
 
 def _chosen(
-    run: Path, member: str | None, iteration: int | None, best: str | None, merge: bool
+    run: Path, member: str | None, iteration: int | None, best: str | None, merge: bool, base: str | None
 ) -> tuple[str, int, MemberSpec]:
-    """The member and checkpoint to export (:func:`choose`) and its spec; a base alone only merged."""
+    """The member and checkpoint to export (:func:`choose`) and its spec, its adapter checked
+    and its base found (or ``base``, given); a base alone only merged."""
     name, checkpoint = choose(run, member, iteration, best)
     spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
     if not merge and spec.adapter is None:
         raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
-    return name, checkpoint, spec
+    return name, checkpoint, _with_files(run, name, checkpoint, spec, base)
+
+
+def _local_folders(run: Path, spec: MemberSpec) -> tuple[str, str | None]:
+    """The base's and the adapter's folders on this machine: an hf:// id's snapshot folder in
+    the Hugging Face cache, at the run's manifest commit (a one-line error when it is not there)."""
+    manifest = hub.find_manifest(run)
+    try:
+        return hub.local(spec.base, manifest), hub.local(spec.adapter, manifest)
+    except hub.HubError as e:
+        raise ExportError(str(e)) from None
 
 
 def _write_model(
     run: Path,
     out: Path,
-    spec: MemberSpec,
+    folders: tuple[str, str | None],
     merge: bool,
     base_ref: str,
     dtype: str | None,
     max_shard_size: str | int,
 ) -> str | None:
-    """The weights (merged, or the adapter's files) and the tokenizer, written into ``out``;
-    returns the merged weights' dtype name (None for an adapter)."""
+    """The weights (merged, or the adapter's files) and the tokenizer, written into ``out``
+    from the base's and the adapter's local ``folders``; returns the merged weights' dtype name
+    (None for an adapter)."""
     from .models import load_tokenizer
 
-    # hf:// ids: their snapshot folders in the Hugging Face cache, at the run's manifest commits
-    manifest = hub.find_manifest(run)
-    base_folder, adapter_folder = (hub.local(p, manifest) for p in (spec.base, spec.adapter))
+    base_folder, adapter_folder = folders
     tok = load_tokenizer(base_folder)
     if merge:
         dtype_name = _write_merged(run, out, base_folder, adapter_folder, dtype, max_shard_size)
@@ -604,12 +682,14 @@ def export(
     max_shard_size: str | int = "2GB",
     push_to: str | None = None,
     private: bool = False,
+    base: str | None = None,
 ) -> dict:
     """Write the chosen checkpoint to ``out`` (and upload it to ``push_to``); returns what was
-    written."""
+    written. ``base``: the member's base (a model folder or a hub id) instead of the one its
+    member.json names (:func:`find_base`)."""
     run, out = Path(run), Path(out)
     _check_arguments(run, base_id, push_to, dtype)
-    name, checkpoint, spec = _chosen(run, member, iteration, best, merge)
+    name, checkpoint, spec = _chosen(run, member, iteration, best, merge, base)
     hub_base = base_id or hub_name(spec.base)
     if push_to is not None and not merge and hub_base is None:
         raise ExportError(
@@ -619,8 +699,9 @@ def export(
     local = not is_hub_id(spec.base)
     base_ref = hub_base or str(Path(spec.base).resolve())
     digest = folder_digest(spec.base) if local else None
+    folders = _local_folders(run, spec)
     _make_folder(out)
-    dtype_name = _write_model(run, out, spec, merge, base_ref, dtype, max_shard_size)
+    dtype_name = _write_model(run, out, folders, merge, base_ref, dtype, max_shard_size)
     (out / "README.md").write_text(
         model_card(run, spec, checkpoint, merge, base_ref, digest, hub_base, dtype_name)
     )

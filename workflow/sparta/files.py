@@ -1,8 +1,15 @@
-"""File modes of what sparta writes. Pure: no model, no heavy import."""
+"""File modes of what sparta writes. Pure: no model, no heavy import.
+
+Every file a run writes gets the mode a new file gets (0666 less the umask), every folder
+0777 less the umask, so a colleague can read a shared run (with umask 022: 0644 and 0755).
+Libraries do not always: safetensors writes its weights 0600, :func:`tempfile.mkstemp` makes
+0600; the writers below give the umask's modes back."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -22,3 +29,22 @@ def follow_umask(folder: Path) -> None:
     folder.chmod(0o777 & ~mask)
     for p in folder.rglob("*"):
         p.chmod((0o777 if p.is_dir() else 0o666) & ~mask)
+
+
+def write_folder(folder: str | os.PathLike, writer: Callable[[Path], object]) -> Path:
+    """``writer(tmp)`` fills a temporary folder beside ``folder`` that then takes its place
+    whole (a killed job never leaves a folder that looks complete), everything in it with the
+    umask's modes (:func:`follow_umask`: a model's safetensors weights are written 0600)."""
+    folder = Path(folder)
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        writer(tmp)
+        follow_umask(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder

@@ -1,14 +1,16 @@
 """Models and adapters checked by content before any job: safetensors headers (never the
-weights themselves), config.json, the tokenizer's chat template, and an adapter's LoRA
-shapes against its base. A truncated or empty weights file, a model that is not a causal LM,
-a tokenizer without a chat template, or an adapter made for another base (other module names
-or other shapes) is found here, with the folder and the fix, instead of in a model job.
+weights themselves), config.json, the tokenizer's chat template, an adapter's target modules
+and LoRA shapes against its base, and the context length a GGUF's header states. A truncated
+or empty weights file, a model that is not a causal LM, a tokenizer without a chat template,
+or an adapter made for another base (other module names or other shapes) is found here, with
+the folder and the fix, instead of in a model job.
 
 Pure: json and struct only (and importlib to find a GGUF file in an installed package).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import re
@@ -37,6 +39,62 @@ def gguf_path(package: str, filename: str) -> Path:
         if path.is_file():
             return path
     raise ModelFileError(f"package {package!r} has no file {filename!r} (base_models.*.gguf_file)")
+
+
+# GGUF metadata value types (the GGUF spec): the byte size of each fixed-size one
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_GGUF_INTEGERS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}
+
+
+def _gguf_skip(f, kind: int) -> None:
+    """Read past one GGUF metadata value of type ``kind``."""
+    if kind in _GGUF_SIZES:
+        f.seek(_GGUF_SIZES[kind], 1)
+    elif kind == _GGUF_STRING:
+        (n,) = struct.unpack("<Q", f.read(8))
+        f.seek(n, 1)
+    elif kind == _GGUF_ARRAY:
+        inner, count = struct.unpack("<IQ", f.read(12))
+        if inner in _GGUF_SIZES:
+            f.seek(_GGUF_SIZES[inner] * count, 1)
+        else:
+            for _ in range(count):
+                _gguf_skip(f, inner)
+    else:
+        raise ValueError(f"unknown GGUF value type {kind}")
+
+
+def gguf_context_length(path: Path) -> int | None:
+    """The context length a GGUF file's metadata states (``<architecture>.context_length``,
+    what the conversion writes as ``max_position_embeddings``), read from its header with
+    struct alone, stopping once found; None when the file states none or is no GGUF (v2 or
+    later, little-endian)."""
+    arch = None
+    lengths: dict[str, int] = {}
+    try:
+        with Path(path).open("rb") as f:
+            magic, version, _tensors, count = struct.unpack("<4sIQQ", f.read(24))
+            if magic != b"GGUF" or not 2 <= version < 100:
+                return None
+            for _ in range(count):
+                (n,) = struct.unpack("<Q", f.read(8))
+                key = f.read(n).decode("utf-8")
+                (kind,) = struct.unpack("<I", f.read(4))
+                if key == "general.architecture" and kind == _GGUF_STRING:
+                    (n,) = struct.unpack("<Q", f.read(8))
+                    arch = f.read(n).decode("utf-8")
+                elif key.endswith(".context_length") and kind in _GGUF_INTEGERS:
+                    size = struct.calcsize(_GGUF_INTEGERS[kind])
+                    (lengths[key],) = struct.unpack(_GGUF_INTEGERS[kind], f.read(size))
+                else:
+                    _gguf_skip(f, kind)
+                if arch is not None and f"{arch}.context_length" in lengths:
+                    break
+    except (OSError, struct.error, UnicodeDecodeError, ValueError):
+        return None
+    value = lengths.get(f"{arch}.context_length")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def safetensors_header(path: Path) -> dict[str, dict]:
@@ -81,6 +139,19 @@ def weight_shapes(folder: Path) -> dict[str, list[int]] | None:
     for f in files:
         shapes.update({k: list(v["shape"]) for k, v in safetensors_header(f).items()})
     return shapes
+
+
+@functools.lru_cache(maxsize=32)
+def _shapes(folder: str, stamp: tuple) -> dict[str, list[int]] | None:
+    return weight_shapes(Path(folder))
+
+
+def base_shapes(folder: Path) -> dict[str, list[int]] | None:
+    """:func:`weight_shapes` of a base, read once per version of its files (a study checks
+    every adapter of every run against it). Not to be changed by the caller."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    stamp = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    return _shapes(str(Path(folder).resolve()), stamp)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -149,7 +220,7 @@ def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
     if base is None or not Path(base).is_dir():
         return []
     try:
-        shapes = weight_shapes(Path(base))
+        shapes = base_shapes(Path(base))
     except ModelFileError:
         return []  # the base's own check reports it
     if shapes is None:
@@ -177,6 +248,76 @@ def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
             )
             break
     return problems
+
+
+def module_names(folder: Path) -> set[str] | None:
+    """The module names of a model folder as far as its files tell without loading it: every
+    dotted prefix of its weight names (the safetensors headers, or the weight map of a sharded
+    checkpoint's index), and ``lm_head`` where the embeddings are tied (no weight of its own).
+    None when the folder has neither (pytorch_model.bin alone is not read)."""
+    folder = Path(folder)
+    try:
+        shapes = base_shapes(folder)
+    except ModelFileError:
+        return None  # the base's own check reports it
+    names = list(shapes or ())
+    if not names:
+        for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            names = list((_read_json(folder / index) or {}).get("weight_map") or {})
+            if names:
+                break
+    if not names:
+        return None
+    found = {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(1, len(parts))}
+    if (_read_json(folder / "config.json") or {}).get("tie_word_embeddings", True):
+        found.add("lm_head")
+    return found
+
+
+def missing_targets(config: dict, names: set[str]) -> list[str] | None:
+    """The ``target_modules`` of a LoRA ``adapter_config.json`` that match no module of
+    ``names``, matched as PEFT matches them (a list entry: the module's name or its last
+    dotted parts; a text: a regular expression over the whole name); None when there is no
+    list or text to check (``all-linear``, none given)."""
+    targets = config.get("target_modules")
+    if isinstance(targets, str):
+        if targets.lower() == "all-linear":
+            return None
+        try:
+            pattern = re.compile(targets)
+        except re.error:
+            return [targets]
+        return [] if any(pattern.fullmatch(n) for n in names) else [targets]
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        return None
+    leaves = {n.split(".", i)[-1] for n in names for i in range(n.count(".") + 1)}
+    return [t for t in targets if t not in leaves]
+
+
+def target_problems(folder: Path, base: Path | None, key: str) -> tuple[list[str], list[str]]:
+    """The target modules of the adapter in ``folder`` against the modules of ``base``: a
+    problem when none is there (PEFT refuses the adapter: made for another base model), a
+    note when some are not (PEFT adapts the others, as when it was trained)."""
+    config = _read_json(Path(folder) / "adapter_config.json")
+    if config is None or base is None or not Path(base).is_dir():
+        return [], []
+    names = module_names(Path(base))
+    missing = missing_targets(config, names) if names else None
+    if not missing:
+        return [], []
+    targets = config["target_modules"]
+    if isinstance(targets, list) and len(missing) < len(targets):
+        return [], [
+            f"{key}: {folder} names target modules {missing} that {base} lacks; PEFT adapts the others"
+        ]
+    parents = {n.rsplit(".", 1)[0] for n in names if "." in n}
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in names - parents})  # q_proj, not model.layers
+    some = f" (its modules: {', '.join(leaves[:12])}{', ...' if len(leaves) > 12 else ''})"
+    return [
+        f"{key}: {folder}/adapter_config.json targets {missing}, which {base} does not have{some}: the "
+        "adapter was made for another base model; name that base, or train the member from this base "
+        "(sft_domain)"
+    ], []
 
 
 # --- what a backend can serve ------------------------------------------------------------------

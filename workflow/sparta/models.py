@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .files import write_folder
 from .members import MemberSpec, check_adapter_folder, check_model_folder
 from .modelfiles import gguf_path
 
@@ -218,13 +219,9 @@ class _AdaptersOff:
 
 def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path:
     """Load a GGUF shipped in ``package`` once (slow: de-quantizes every tensor) and save it as
-    a plain safetensors folder, so later loads take seconds. Atomic: the folder appears whole."""
-    import shutil
-
+    a plain safetensors folder, so later loads take seconds. Atomic: the folder appears whole,
+    its files with the umask's modes (safetensors writes the weights 0600)."""
     src = gguf_path(package, filename)
-    folder = Path(folder)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     quantized = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
     cfg = quantized.config
@@ -232,11 +229,12 @@ def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path
         del cfg.quantization_config  # the weights below are plain floats
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.load_state_dict(quantized.state_dict())
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
-    return folder
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+    return write_folder(folder, save)
 
 
 def load_embedder(package: str, batch_size: int = 64):

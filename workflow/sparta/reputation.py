@@ -55,6 +55,7 @@ class ReputationSettings:
     kappa_start: float = setting(
         10.0,
         ge=0,
+        le=1000,
         help="K0, kappa at the start of an iteration (authors 10; paper kappa = 1).",
         constant="kappa start K0",
         source="authors' code",
@@ -62,6 +63,7 @@ class ReputationSettings:
     kappa_min: float = setting(
         5.0,
         ge=0,
+        le=1000,
         help="K_min, kappa never decays below it (authors 5).",
         constant="kappa floor K_min",
         source="authors' code",
@@ -78,6 +80,7 @@ class ReputationSettings:
     kappa_decay_steps: float = setting(
         10.0,
         gt=0,
+        le=1_000_000,
         help="Duels per decay step (authors 10).",
         constant="kappa decay steps",
         source="authors' code",
@@ -90,7 +93,8 @@ class ReputationSettings:
     )
     scale: float = setting(
         20.0,
-        gt=0,
+        ge=0.01,
+        le=10000,
         help="Divisor of every update (authors 20; paper 1).",
         constant="update divisor",
         source="authors' code",
@@ -123,7 +127,8 @@ class ReputationSettings:
     )
     sigma_min: float = setting(
         0.1,
-        gt=0,
+        ge=0.001,
+        le=1000,
         help="Lower bound of the deviation (authors 0.1).",
         constant="sigma_min",
         source="authors' code",
@@ -146,6 +151,7 @@ class ReputationSettings:
     floor: float = setting(
         10.0,
         ge=0,
+        le=1_000_000,
         help="Reputations never go below it (authors 10).",
         constant="reputation floor",
         source="authors' code",
@@ -153,13 +159,15 @@ class ReputationSettings:
     initial_reputation: float = setting(
         100.0,
         gt=0,
+        le=1_000_000,
         help="Everyone starts here; at least the floor (authors 100).",
         constant="initial reputation",
         source="authors' code",
     )
     initial_deviation: float = setting(
         0.5,
-        gt=0,
+        ge=0.001,
+        le=1000,
         help="Everyone starts with this deviation (authors 0.5).",
         constant="initial deviation",
         source="authors' code",

@@ -34,6 +34,11 @@ class SettingsError(ValueError):
     """A config value that does not fit its setting; the message names the key."""
 
 
+MAX_TOKENS = 2**20
+"""The ceiling of every token length (1,048,576): longer than the context of any model sparta
+runs, so a value above it is a typo even before a base's own context is known."""
+
+
 # --- model runtime ---------------------------------------------------------------------------
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -63,7 +68,9 @@ class VLLMSettings:
         1, ge=1, help="GPUs one engine shards the base over (set resources.*.gpu to match)."
     )
     gpu_memory_utilization: float = setting(0.85, gt=0, le=1, help="Share of GPU memory vLLM may take.")
-    max_model_len: int | None = setting(None, help="Context length of the engine (null: the model's).")
+    max_model_len: int | None = setting(
+        None, ge=1, le=MAX_TOKENS, help="Context length of the engine (null: the model's)."
+    )
     max_loras: int | None = setting(
         None, help="LoRA slots on the GPU at once (null: every adapter the job serves)."
     )
@@ -119,7 +126,8 @@ class SamplingFields:
     max_new_tokens: int = setting(
         512,
         ge=1,
-        help="Longest answer.",
+        le=MAX_TOKENS,
+        help="Longest answer (also under each base model's context, checked before any job).",
         constant="combat max new tokens",
         source="authors' code",
     )
@@ -228,7 +236,10 @@ class _Judging:
         authors="(their code: none)",
     )
     max_length: int = setting(
-        1024, ge=64, help="Token budget of a judge prompt; only the judged response is ever shortened."
+        1024,
+        ge=64,
+        le=MAX_TOKENS,
+        help="Token budget of a judge prompt; only the judged response is ever shortened.",
     )
     batch_size: int = setting(8, ge=1, help="Judgments per forward pass (expected mode).")
     generate_batch_size: int = setting(
@@ -302,7 +313,14 @@ CHECKPOINTING = "Recompute activations in the backward pass: less GPU memory, sl
 class DPOSettings:
     """DPO of every member on all pairs of its iteration (authors' values)."""
 
-    beta: float = setting(0.1, gt=0, help="DPO beta.", constant="DPO beta", source="authors' code")
+    beta: float = setting(
+        0.1,
+        gt=0,
+        le=10,
+        help="DPO beta.",
+        constant="DPO beta",
+        source="authors' code",
+    )
     learning_rate: float = setting(
         1e-6,
         gt=0,
@@ -326,7 +344,12 @@ class DPOSettings:
         source="authors' code",
     )
     weight_decay: float = setting(
-        1e-5, ge=0, help="AdamW weight decay.", constant="DPO weight decay", source="authors' code"
+        1e-5,
+        ge=0,
+        le=1,
+        help="AdamW weight decay.",
+        constant="DPO weight decay",
+        source="authors' code",
     )
     epochs: float = setting(
         1.0,
@@ -341,6 +364,7 @@ class DPOSettings:
     max_length: int = setting(
         512,
         ge=16,
+        le=MAX_TOKENS,
         help="Tokens of prompt + answer (the prompt is kept, the answer truncated).",
         constant="DPO max length",
         source="authors' code",
@@ -377,7 +401,7 @@ class SFTSettings:
         constant="SFT warmup ratio",
         source="paper C.3",
     )
-    max_length: int = setting(256, ge=16, help="Tokens per training example.")
+    max_length: int = setting(256, ge=16, le=MAX_TOKENS, help="Tokens per training example.")
     gradient_checkpointing: bool = setting(False, help=CHECKPOINTING)
 
 
@@ -455,6 +479,7 @@ class BaselineSettings:
     sppo_eta: float = setting(
         1000.0,
         gt=0,
+        le=1_000_000,
         help="sppo: eta of SPPO's loss, (log pi/pi_ref(y) - eta (P(y) - 1/2))^2; the official runs "
         "pass beta = 1e-3, i.e. eta = 1/beta = 1000. Separate from dpo.beta.",
     )
@@ -468,9 +493,10 @@ class BaselineSettings:
     min_margin: float = setting(
         0.5,
         ge=0,
+        le=9,
         help="self_rewarding, meta_rewarding: an actor pair needs chosen score - rejected score of at "
-        "least this (on the judge's 1-10 scale), so near-equal expected scores make no pair; ties "
-        "never do.",
+        "least this (on the judge's 1-10 scale, so at most 9), so near-equal expected scores make no "
+        "pair; ties never do.",
     )
     judge_prompt: Literal["additive", "sparta"] = setting(
         "additive",
@@ -703,7 +729,7 @@ class TaskSpec:
     chat_template: bool = setting(
         True, help="Prompt through the chat template (the paper evaluates some tasks without)."
     )
-    max_new_tokens: int = setting(256, ge=1, help="Longest answer in evaluation.")
+    max_new_tokens: int = setting(256, ge=1, le=MAX_TOKENS, help="Longest answer in evaluation.")
     max_examples: int | None = setting(None, ge=1, help="At most this many examples per split.")
 
     def source_file(self) -> str | None:
@@ -857,6 +883,12 @@ class Settings:
     )
     prompts: PromptSettings = setting(
         help="The instruction set X, split with the seed into alignment, validation and test."
+    )
+    replace_finished: bool = setting(
+        False,
+        help="Let this config rebuild a finished run of its name (results/<experiment>/, a study's "
+        "runs) made with other settings; without it such a run stops before any job, naming the "
+        "settings that differ. Give it to one command: --config replace_finished=true. Not recorded.",
     )
     method: METHODS = setting(
         "sparta",

@@ -125,7 +125,7 @@ def load_task(
         if spec.metric in ("exact_match", "multiple_choice") and (
             "answer" not in df or df["answer"].isna().all()
         ):
-            raise TaskError(f"task {spec.name}: metric {spec.metric} needs an answer column")
+            raise TaskError(_no_answers(spec, s))
     options = {s: _parsed(spec.name, "options", df["options"]) for s, df in rows.items() if "options" in df}
     labels = {s: _parsed(spec.name, "labels", df["labels"], int) for s, df in rows.items() if "labels" in df}
     rows = {s: df.drop(columns=["options", "labels"], errors="ignore") for s, df in rows.items()}
@@ -133,6 +133,24 @@ def load_task(
         _check_answers(spec, s, df, options.get(s))
     return Task(
         spec.name, spec.metric, rows, spec.answer, spec.chat_template, spec.max_new_tokens, options, labels
+    )
+
+
+def _no_answers(spec: TaskSpec, split: str) -> str:
+    """Why a task that scores against answers has none: no answer column named, or one that
+    holds no value (null in every row)."""
+    needs = f"task {spec.name}: metric {spec.metric} scores against an answer"
+    if spec.source == "prompts":
+        return (
+            f"{needs}, and the prompts' {split} split has none: prompts.answer_column names no "
+            "column, or one that holds no value; name the prompt file's column with the answers"
+        )
+    if spec.answer_column is None:
+        return f"{needs}: set answer_column to the column of {spec.source_file()} that holds them"
+    return (
+        f"{needs}: column {spec.answer_column!r} of {spec.source_file()} is there but holds no "
+        f"value (null in every {split} row): fill it in, or set answer_column to the column with "
+        "the answers"
     )
 
 

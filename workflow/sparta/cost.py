@@ -1,0 +1,740 @@
+"""The cost of a run from its config alone: per stage and iteration, the tokens it generates
+(decoding), the tokens it reads (prompt tokens: prefill, and the expected-mode judge's scoring)
+and the tokens DPO trains on; then GPU-hours at the throughputs of :data:`RATES`::
+
+    python -m sparta.cost workflow/configs/paper.yaml [more configs ...] [--json]
+
+The configs are merged over config.yaml in order, as Snakemake's ``--configfile`` merges them
+(:func:`sparta.study.merge`), checked against the schema (:func:`sparta.config.validate`) and
+expanded into the runs of a study (:func:`sparta.study.expand`), as ``sparta config`` reads
+them. The checks of the world (:func:`sparta.config.load_study`: model folders, downloads) are
+not made: a cost is wanted before anything is downloaded.
+
+Counts follow the methods (:mod:`sparta.methods`). Sparta: two answers per duel, each judged by
+every member not in the duel, every member trains on every pair. A baseline: every member
+answers every prompt ``samples`` times and judges (or annotates) its own answers, and trains on
+its own pairs. Each count is the most the config allows: every duel (or prompt) makes a pair,
+every answer and judgment runs to its ``max_new_tokens`` (times ``--fill``). Lengths the config
+does not bound are estimates: a prompt at about 4 characters a token, measured from the prompt
+file where it is on disk, else assumed; every assumption is printed with the figures.
+
+Pure: no model, no tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import methods
+from .data import split_sizes
+from .settings import Settings, TaskSpec
+
+CHARS_PER_TOKEN = 4
+"""Characters per token of English text in common BPE vocabularies: an estimate."""
+CHAT_TEMPLATE_TOKENS = 12
+"""The chat template's own tokens around a request (role markers, turn ends): an assumption."""
+DEFAULT_PROMPT_TOKENS = 64
+"""Tokens of a prompt whose file is not on disk (``--prompt-tokens``): an assumption."""
+DEFAULT_SPLIT_EXAMPLES = 500
+"""Examples of an evaluation split whose size cannot be read from disk: an assumption."""
+MC_OPTIONS = 5
+"""Options a truthfulqa_mc question scores (each read after the question): an assumption."""
+DATAMARK_FACTOR = 2
+"""How much longer an answer is with ``judge.datamark`` (a marker token per space): an estimate."""
+DATASET_ROWS: dict[tuple[str, str | None, str], int] = {
+    ("openai/gsm8k", "main", "train"): 7473,
+    ("openai/gsm8k", "main", "test"): 1319,
+}
+"""Rows of hub datasets' splits, from their dataset cards, for when the split is not on disk."""
+
+
+class CostError(ValueError):
+    """A config the cost model cannot read; the message says what to fix."""
+
+
+# --- the throughput table -------------------------------------------------------------------
+
+H200_GPU_CHECK = (
+    "one NVIDIA H200, 2026-12-04, commit 4de8557: benchmarks/gpu_check.py, HF backend, "
+    "random weights, bf16 (docs/results.md, On a GPU)"
+)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Tokens per second of one kind of work on one GPU: ``read`` (prompt tokens: prefill and
+    scoring), ``decode`` (generated tokens, a batch of rows) or ``train`` (DPO: the tokens of
+    chosen and rejected sequences, reference log-probabilities included)."""
+
+    kind: str
+    size: str
+    backend: str
+    device: str
+    tokens_per_s: float
+    status: str  # measured | assumption
+    source: str
+
+
+RATES: tuple[Rate, ...] = (
+    Rate("decode", "135M", "hf", "H200", 569, "measured",
+         f"{H200_GPU_CHECK}: 16,384 tokens in 28.8 s, 128 rows in one batch "
+         "(its per-row sampler since replaced, not remeasured)"),
+    Rate("decode", "7B", "hf", "H200", 393, "measured",
+         f"{H200_GPU_CHECK}: 15,966 tokens in 40.6 s, 64 rows in one batch "
+         "(its per-row sampler since replaced, not remeasured)"),
+    Rate("read", "135M", "hf", "H200", 9_000, "measured",
+         f"{H200_GPU_CHECK}: 32.2 expected-mode judgments/s x about 280 prompt tokens each "
+         "(judge prompt with a 128-token answer; the tokens are an estimate)"),
+    Rate("read", "7B", "hf", "H200", 7_800, "measured",
+         f"{H200_GPU_CHECK}: 19.3 expected-mode judgments/s x about 400 prompt tokens each "
+         "(judge prompt with a 250-token answer; the tokens are an estimate)"),
+    Rate("train", "135M", "trl", "H200", 290, "measured",
+         f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 10.3 s, whole job "
+         "with start-up, about 376 tokens a pair (estimate): a long job runs faster"),
+    Rate("train", "7B", "trl", "H200", 82, "measured",
+         f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 60.5 s, whole job "
+         "with start-up, about 620 tokens a pair (estimate): a long job runs faster"),
+    Rate("decode", "7B", "vllm", "H100", 2_500, "assumption",
+         "vLLM, a 7B base with many LoRA adapters in one engine (docs/guides/paper.md)"),
+    Rate("read", "7B", "vllm", "H100", 20_000, "assumption",
+         "vLLM prompt processing with prompt log-probabilities, 7B (docs/guides/paper.md)"),
+    Rate("train", "7B", "trl", "H100", 2_000, "assumption",
+         "TRL + PEFT DPO, LoRA r 16, batch 1: 0.5 s per pair of about 1,000 tokens (docs/guides/paper.md)"),
+    Rate("decode", "135M", "vllm", "H100", 20_000, "assumption", "vLLM, a 135M base, large batches"),
+    Rate("read", "135M", "vllm", "H100", 200_000, "assumption", "vLLM prompt processing, a 135M base"),
+)  # fmt: skip
+"""The throughput table: each row measured (machine and date in its source) or assumed."""
+
+DEVICES = tuple(dict.fromkeys(r.device for r in RATES))
+SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([mb])(?![a-z0-9])", re.I)
+
+
+def parameters(name: str) -> float | None:
+    """Parameters a model name states (``Qwen2.5-7B-Instruct``: 7e9, ``SmolLM2-135M``: 1.35e8)."""
+    found = SIZE.findall(name)
+    if not found:
+        return None
+    number, unit = found[-1]
+    return float(number) * (1e6 if unit.lower() == "m" else 1e9)
+
+
+SIZES = {r.size: parameters(r.size) for r in RATES}
+
+
+def rate(kind: str, size: str, backend: str, device: str) -> Rate:
+    """The table's row for this work: on ``device`` where the table has one, else another's."""
+    rows = [r for r in RATES if (r.kind, r.size, r.backend) == (kind, size, backend)]
+    if not rows:
+        raise CostError(f"no throughput for {kind} at {size} with {backend} in sparta.cost.RATES")
+    return next((r for r in rows if r.device == device), rows[0])
+
+
+# --- token counts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Tokens of some work: generated (decoded), read (prompt tokens) and trained (DPO)."""
+
+    generated: int = 0
+    read: int = 0
+    trained: int = 0
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(self.generated + other.generated, self.read + other.read, self.trained + other.trained)
+
+
+def tokens_of(chars: float) -> int:
+    """Tokens of ``chars`` characters of text (an estimate: :data:`CHARS_PER_TOKEN`)."""
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+@functools.cache
+def templates() -> dict[str, int]:
+    """Tokens of each judge prompt's own text (without the prompt and answers filled in)."""
+    from .evaluate import REFERENCE_JUDGE_PROMPT
+    from .judging import JUDGE_PROMPT, META_PROMPT, PAIRWISE_PROMPT, RUBRICS
+
+    # Sparta's rubric has no template of its own: its judge prompt is JUDGE_PROMPT
+    text = {name: (r.template or JUDGE_PROMPT).format(prompt="", response="") for name, r in RUBRICS.items()}
+    text["pairwise"] = PAIRWISE_PROMPT.format(prompt="", a="", b="")
+    text["meta"] = META_PROMPT.format(user="", a="", b="")
+    text["reference"] = REFERENCE_JUDGE_PROMPT.format(prompt="", reference="", response="")
+    return {name: tokens_of(len(t)) for name, t in text.items()}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What the config does not say, as ``python -m sparta.cost`` takes it."""
+
+    fill: float = 1.0
+    """Share of max_new_tokens an answer or judgment runs to (1: the upper bound)."""
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS
+    """Tokens of a prompt whose file is not on disk."""
+    size: str | None = None
+    """The model size class (a row of :data:`RATES`); None: from the base models' names."""
+    device: str = "H100"
+    """The device whose throughputs are used where the table has them."""
+    root: Path = Path(".")
+    """The folder relative paths of the config are read from (the repository root)."""
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Token lengths of one run's requests, and where each estimate came from."""
+
+    instruction: int
+    overhead: int
+    answer: int
+    judgment: int
+    prompts: int | None
+    notes: tuple[str, ...] = ()
+
+
+@functools.cache
+def _file_prompts(path: str, column: str, where: str, template: str | None) -> tuple[int, float] | None:
+    from .data import PromptFileError, read_prompt_file
+
+    try:
+        df = read_prompt_file(path, column, where=json.loads(where) or None, template=template)
+    except (PromptFileError, OSError, ValueError, KeyError):
+        return None
+    texts = df["prompt"].astype(str).drop_duplicates()
+    return len(texts), float(texts.str.len().mean())
+
+
+def file_prompts(file: str | None, column: str, where, template, root: Path) -> tuple[int, float] | None:
+    """(distinct prompts, mean characters) of a prompt file on disk; None where it is not."""
+    if not file:
+        return None
+    path = Path(file) if Path(file).is_absolute() else Path(root) / file
+    if not path.is_file():
+        return None
+    return _file_prompts(str(path), column, json.dumps(where or {}, sort_keys=True), template)
+
+
+def card_rows(dataset: str | None, config: str | None, split: str, where) -> int | None:
+    """Rows of a hub dataset's split by :data:`DATASET_ROWS` (None: not listed, or filtered)."""
+    if dataset is None or where:
+        return None
+    return DATASET_ROWS.get((re.sub(r"^hf://(datasets/)?|@.*$", "", dataset), config, split))
+
+
+def lengths(s: Settings, a: Assumptions) -> Lengths:
+    """The token lengths of a run's requests from its settings and the prompt file."""
+    p = s.prompts
+    found = file_prompts(p.source_file(), p.prompt_column, p.where, p.prompt_template, a.root)
+    if found:
+        rows, chars = found
+        instruction = tokens_of(chars)
+        note = (
+            f"prompts: {rows:,} distinct in {p.source_file()}, {chars:.0f} characters on average "
+            f"(about {instruction} tokens)"
+        )
+    else:
+        rows, instruction = card_rows(p.dataset, p.config, p.split, p.where), a.prompt_tokens
+        known = f" ({rows:,} rows by its dataset card)" if rows else ""
+        where = p.source_file() or p.dataset
+        note = f"prompts: {where} not on disk{known}; {a.prompt_tokens} tokens each assumed"
+    return Lengths(
+        instruction=instruction,
+        overhead=tokens_of(len(s.system_prompt or "")) + CHAT_TEMPLATE_TOKENS,
+        answer=max(1, round(s.generation.max_new_tokens * a.fill)),
+        judgment=max(1, round(s.judge.max_new_tokens * a.fill)),
+        prompts=rows,
+        notes=(note,),
+    )
+
+
+def prompts_per_iteration(s: Settings, n: Lengths) -> int:
+    """Duels (prompts) of an iteration: prompts.per_iteration, at most the alignment split."""
+    if n.prompts is None:
+        return s.prompts.per_iteration
+    alignment, _, _ = split_sizes(n.prompts, s.prompts.validation, s.prompts.test)
+    return min(s.prompts.per_iteration, alignment)
+
+
+# --- the stages of an iteration -----------------------------------------------------------------
+
+
+def _answers(count: int, n: Lengths) -> Tokens:
+    return Tokens(generated=count * n.answer, read=count * (n.overhead + n.instruction))
+
+
+def combat(s: Settings, n: Lengths, p: int) -> Tokens:
+    """Sparta's combat: the two combatants of every duel answer once."""
+    return _answers(2 * p, n)
+
+
+def sampling(s: Settings, n: Lengths, p: int) -> Tokens:
+    """A baseline's answers: every member answers every prompt ``samples`` times."""
+    return _answers(len(s.members) * p * methods.get(s.method).samples(s.baselines.samples), n)
+
+
+def judge_read(s: Settings, n: Lengths, template: str, answers: int = 1) -> int:
+    """Prompt tokens of one judge request showing ``answers`` answers, within judge.max_length."""
+    shown = n.answer * (DATAMARK_FACTOR if s.judge.datamark else 1)
+    return min(s.judge.max_length, n.overhead + templates()[template] + n.instruction + answers * shown)
+
+
+def _judged(s: Settings, n: Lengths, requests: int, read: int, generate: bool) -> Tokens:
+    if s.judge.kind == "reference":  # answers checked against the prompt's answer: no model
+        return Tokens()
+    return Tokens(generated=requests * n.judgment if generate else 0, read=requests * read)
+
+
+def cross_judging(s: Settings, n: Lengths, p: int) -> Tokens:
+    """Every member not in a duel judges it: two requests (pointwise: each answer; pairwise:
+    both answers in both orders), reading; in generate mode each also writes a judgment."""
+    pairwise = s.judge.format == "pairwise"
+    read = judge_read(s, n, "pairwise" if pairwise else "sparta", 2 if pairwise else 1)
+    return _judged(s, n, p * (len(s.members) - 2) * 2, read, s.judge.mode == "generate")
+
+
+def self_judging(s: Settings, n: Lengths, p: int) -> Tokens:
+    """Every member judges each of its answers, ``judge_samples`` times in generate mode."""
+    generate = s.judge.mode == "generate"
+    each = s.baselines.judge_samples if generate else 1
+    answers = len(s.members) * p * methods.get(s.method).samples(s.baselines.samples)
+    return _judged(s, n, answers * each, judge_read(s, n, s.baselines.judge_prompt), generate)
+
+
+def meta_judging(s: Settings, n: Lengths, p: int) -> Tokens:
+    """Meta-rewarding, at most one answer per member and prompt re-judged: its N judgments
+    (sampled anew unless generate mode's judge_samples >= N), then every two compared in both
+    orders by the member (expected mode: N (N - 1) requests reading the judge's message and two
+    judgments)."""
+    if s.judge.kind == "reference":
+        return Tokens()
+    rejudged, k = len(s.members) * p, s.baselines.meta_judgments
+    user = judge_read(s, n, s.baselines.judge_prompt) - n.overhead
+    reuse = s.judge.mode == "generate" and s.baselines.judge_samples >= k
+    sampled = Tokens() if reuse else _judged(s, n, rejudged * k, user + n.overhead, True)
+    compare = n.overhead + templates()["meta"] + user + 2 * n.judgment
+    return sampled + Tokens(read=rejudged * k * (k - 1) * compare)
+
+
+def annotation(s: Settings, n: Lengths, p: int) -> Tokens:
+    """SPPO: every two of a member's K answers to a prompt compared pairwise in both orders
+    (K (K - 1) requests, expected mode: nothing generated)."""
+    k = methods.get(s.method).samples(s.baselines.samples)
+    return _judged(s, n, len(s.members) * p * k * (k - 1), judge_read(s, n, "pairwise", 2), False)
+
+
+StageFn = Callable[[Settings, Lengths, int], Tokens]
+GENERATING: dict[str, tuple[tuple[str, StageFn], ...]] = {
+    "sparta": (("combat generation", combat), ("cross-judging", cross_judging)),
+    "self_rewarding": (("sampling", sampling), ("self-judging", self_judging)),
+    "meta_rewarding": (
+        ("sampling", sampling),
+        ("self-judging", self_judging),
+        ("meta-judging", meta_judging),
+    ),
+    "spin": (("sampling", sampling),),
+    "sppo": (("sampling", sampling), ("pairwise annotation", annotation)),
+}
+"""Each method's stages before aggregation: what it generates and how it judges."""
+JUDGE_PAIRS = ("meta_rewarding",)
+"""Methods that also train on judge pairs (a judgment chosen over another)."""
+
+
+def dpo(s: Settings, n: Lengths, p: int, t: int) -> Tokens:
+    """DPO at the end of iteration ``t``: chosen and rejected sequences (prompt + answer,
+    within dpo.max_length) of at most one pair per duel, which every member trains on
+    (Sparta), or per member and prompt of each iteration trained on (a baseline), times
+    dpo.epochs; meta-rewarding adds its judge pairs under baselines.judge_pair_share."""
+    method = methods.get(s.method)
+    m = len(s.members)
+    sequence = min(s.dpo.max_length, n.overhead + n.instruction + n.answer)
+    pairs = m * p * len(method.trained_iterations(t, s.baselines))
+    tokens = pairs * 2 * sequence
+    if s.method in JUDGE_PAIRS:
+        from .methods.meta_rewarding import max_judge_pairs
+
+        most = max_judge_pairs(p, s.baselines.judge_pair_share)
+        judge = p if most is None else min(p, most)
+        user = judge_read(s, n, s.baselines.judge_prompt)
+        tokens += m * judge * 2 * min(s.dpo.max_length, user + n.judgment)
+    return Tokens(trained=round(tokens * s.dpo.epochs))
+
+
+@dataclass(frozen=True)
+class TaskSize:
+    """An evaluation task's examples per split and its prompts' tokens."""
+
+    name: str
+    validation: int
+    test: int
+    prompt: int
+    note: str
+
+
+def task_size(task: TaskSpec, s: Settings, n: Lengths, a: Assumptions) -> TaskSize:
+    """Examples of the task's validation and test splits (the run's own splits, or a file's
+    halves; at most max_examples) and its prompt tokens, read from disk where the data is."""
+    if task.source == "prompts":
+        rows, prompt = n.prompts, n.instruction
+        if rows is not None:
+            _, val, test = split_sizes(rows, s.prompts.validation, s.prompts.test)
+        note = "the run's own prompt splits"
+    else:
+        found = file_prompts(task.source_file(), task.prompt_column, task.where, task.prompt_template, a.root)
+        prompt = tokens_of(found[1]) if found else a.prompt_tokens
+        rows = found[0] if found else card_rows(task.dataset, task.config, task.split, task.where)
+        if rows is not None:
+            val, test = rows // 2, rows - rows // 2
+        where = "measured from its file" if found else f"{a.prompt_tokens} prompt tokens assumed"
+        note = f"{rows:,} rows ({'on disk' if found else 'dataset card'}), {where}" if rows else where
+    if rows is None:
+        val = test = DEFAULT_SPLIT_EXAMPLES
+        note += f"; {DEFAULT_SPLIT_EXAMPLES} examples per split assumed"
+    if task.max_examples:
+        val, test = min(val, task.max_examples), min(test, task.max_examples)
+    return TaskSize(task.name, val, test, prompt, note)
+
+
+def evaluation(s: Settings, n: Lengths, tasks: Sequence[TaskSize], a: Assumptions) -> Tokens:
+    """One checkpoint's evaluation: every member on every task's validation split, and on
+    test every member (evaluation.test all) or the checkpoint's best (selected)."""
+    total = Tokens()
+    m = len(s.members)
+    for spec, size in zip(s.evaluation.tasks, tasks):
+        answers = m * size.validation + (1 if s.evaluation.test == "selected" else m) * size.test
+        read = size.prompt + (n.overhead if spec.chat_template else 0)
+        if spec.metric == "truthfulqa_mc":  # each option's log-likelihood: read, nothing generated
+            total += Tokens(read=answers * MC_OPTIONS * read)
+            continue
+        made = max(1, round(spec.max_new_tokens * a.fill))
+        total += Tokens(generated=answers * made, read=answers * read)
+        if spec.metric == "judge_score":  # the judge reads prompt, reference and answer
+            total += Tokens(read=answers * (n.overhead + templates()["reference"] + size.prompt + 2 * made))
+    return total
+
+
+def evaluated(s: Settings) -> list[int]:
+    """The checkpoints evaluated: 0 (the initial pool) to the last, or 0 and the last."""
+    if not s.evaluation.enabled or not s.evaluation.tasks:
+        return []
+    return list(range(s.iterations + 1)) if s.evaluation.checkpoints == "all" else [0, s.iterations]
+
+
+# --- a run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunCost:
+    """A run's tokens per stage and iteration (0: the initial pool's evaluation)."""
+
+    run: str
+    method: str
+    members: int
+    size: str
+    size_note: str
+    backend: str
+    iterations: int
+    prompts: int
+    stages: dict[str, dict[int, Tokens]]
+    rates: dict[str, Rate]
+    notes: list[str] = field(default_factory=list)
+
+    def hours(self, tokens: Tokens) -> float:
+        """GPU-hours of ``tokens`` at this run's rates."""
+        r = self.rates
+        seconds = (
+            tokens.read / r["read"].tokens_per_s
+            + tokens.generated / r["decode"].tokens_per_s
+            + tokens.trained / r["train"].tokens_per_s
+        )
+        return seconds / 3600
+
+    def total(self, stage: str | None = None) -> Tokens:
+        """Tokens of one stage, or of the whole run, over every iteration."""
+        stages = [self.stages[stage]] if stage else self.stages.values()
+        return sum((t for per in stages for t in per.values()), Tokens())
+
+
+def size_class(s: Settings, a: Assumptions) -> tuple[str, str]:
+    """The size class of a run's largest base (the nearest of :data:`SIZES`), and why."""
+    if a.size:
+        return a.size, "--size"
+    found = {}
+    for m in s.members:
+        spec = s.base_models.get(m.base)
+        name = (spec.path or spec.gguf_file or m.base) if spec else m.base
+        count = parameters(str(name))
+        if count is None:
+            raise CostError(f"cannot tell the size of base {m.base!r} ({name}) from its name: pass --size")
+        found[name] = count
+    name = max(found, key=found.get)
+    size = min(SIZES, key=lambda c: abs(math.log(SIZES[c] / found[name])))
+    return size, str(name).removeprefix("hf://")
+
+
+def run_cost(run: str, s: Settings, a: Assumptions, iterations: bool = True, initial: bool = True) -> RunCost:
+    """The cost of one run: its iterations (``iterations``) and the initial pool's evaluation
+    (``initial``; a study's shared initial pool is a run of its own)."""
+    n = lengths(s, a)
+    p = prompts_per_iteration(s, n)
+    tasks = [task_size(t, s, n, a) for t in s.evaluation.tasks]
+    stages: dict[str, dict[int, Tokens]] = {}
+    if iterations:
+        for name, fn in GENERATING[s.method]:
+            stages[name] = {t: fn(s, n, p) for t in range(1, s.iterations + 1)}
+        stages["aggregation"] = {t: Tokens() for t in range(1, s.iterations + 1)}
+        stages["DPO training"] = {t: dpo(s, n, p, t) for t in range(1, s.iterations + 1)}
+    checkpoints = [t for t in evaluated(s) if (t == 0 and initial) or (t > 0 and iterations)]
+    if checkpoints:
+        stages["evaluation"] = {t: evaluation(s, n, tasks, a) for t in checkpoints}
+    size, why = size_class(s, a)
+    rates = {
+        k: rate(k, size, "trl" if k == "train" else s.backend, a.device) for k in ("read", "decode", "train")
+    }
+    notes = [*n.notes, *(f"evaluation task {t.name}: {t.note}" for t in tasks)]
+    return RunCost(run, s.method, len(s.members), size, why, s.backend, s.iterations, p, stages, rates, notes)
+
+
+def study_costs(config: dict, a: Assumptions) -> list[RunCost]:
+    """The cost of every run of a (merged, schema-checked) config: each experiment, and each
+    initial pool a study shares (its evaluation at checkpoint 0)."""
+    from .settings import SettingsError
+    from .study import expand
+
+    try:
+        study = expand(config)
+    except SettingsError as e:
+        raise CostError(f"config problems:\n  - {e}") from e
+    runs = [
+        run_cost(run, s, a, initial=study.init_of.get(run, run) == run)
+        for run, s in study.experiments.items()
+    ]
+    runs += [run_cost(run, s, a, iterations=False) for run, s in study.inits.items()]
+    return runs
+
+
+def read_config(paths: Sequence[str | Path], base: str | Path = "config.yaml") -> dict:
+    """``paths`` merged over ``base`` in order (:func:`sparta.study.merge`, as Snakemake merges
+    --configfile), checked against the schema."""
+    import yaml
+
+    from .config import ConfigError, validate
+    from .study import merge
+
+    config: dict = {}
+    for path in [base, *paths]:
+        if not Path(path).is_file():
+            raise CostError(f"no such config file: {path}")
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as e:
+            raise CostError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise CostError(f"{path}: a config is a mapping of keys, not {type(data).__name__}")
+        config = merge(config, data)
+    try:
+        return validate(config)
+    except ConfigError as e:
+        raise CostError(str(e)) from None
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def _figures(run: RunCost, tokens: Tokens) -> dict:
+    return {**dataclasses.asdict(tokens), "gpu_hours": round(run.hours(tokens), 4)}
+
+
+def as_json(runs: Sequence[RunCost], a: Assumptions) -> dict:
+    """Every run's tokens and GPU-hours per stage and iteration, the study's total, the rates
+    used and the assumptions."""
+    out = []
+    for r in runs:
+        stages = [
+            {
+                "stage": name,
+                "iterations": {str(t): _figures(r, tok) for t, tok in per.items()},
+                "total": _figures(r, r.total(name)),
+            }
+            for name, per in r.stages.items()
+        ]
+        head = {
+            k: getattr(r, k) for k in ("run", "method", "members", "size", "backend", "iterations", "prompts")
+        }
+        rates = {k: {f: getattr(v, f) for f in ("size", "backend", "device")} for k, v in r.rates.items()}
+        out.append({**head, "rates": rates, "stages": stages, "total": _figures(r, r.total())})
+    used = {v for r in runs for v in r.rates.values()}
+    return {
+        "runs": out,
+        "total": {
+            **dataclasses.asdict(sum((r.total() for r in runs), Tokens())),
+            "gpu_hours": round(sum(r.hours(r.total()) for r in runs), 4),
+        },
+        "rates": [dataclasses.asdict(x) for x in RATES if x in used],
+        "assumptions": assumption_lines(runs, a),
+    }
+
+
+def assumption_lines(runs: Sequence[RunCost], a: Assumptions) -> list[str]:
+    """What the figures assume, each line once."""
+    lines = [
+        f"answers and judgments run to {a.fill:g} x their max_new_tokens; every duel (or prompt) "
+        "makes a pair; meta-rewarding re-judges an answer of every prompt and member: upper bounds",
+        f"prompt text at about {CHARS_PER_TOKEN} characters a token; the chat template adds "
+        f"{CHAT_TEMPLATE_TOKENS} tokens and the system prompt; judge prompts' own text measured "
+        "the same way",
+        "expected-mode judging reads its prompt once (a few candidate tokens are not counted); "
+        "prefix caching is not credited",
+        "not counted: the initial pool's SFT, a job's start (imports, loading the base, engine "
+        "warm-up), the analyses",
+    ]
+    for r in runs:
+        lines += [f"{r.size} class: {r.size_note}", *r.notes]
+    return list(dict.fromkeys(lines))
+
+
+def _number(x: int) -> str:
+    return f"{x:,}"
+
+
+def _hours(h: float) -> str:
+    if h == 0:
+        return "0"
+    return f"{h:,.0f}" if h >= 100 else f"{h:.1f}" if h >= 10 else f"{h:.2f}" if h >= 0.01 else f"{h:.4f}"
+
+
+def _groups(per: dict[int, Tokens]) -> list[tuple[str, Tokens]]:
+    """Consecutive iterations with the same tokens as one line: ("1-8 each", tokens)."""
+    out: list[tuple[list[int], Tokens]] = []
+    for t, tok in per.items():
+        if out and out[-1][1] == tok and out[-1][0][-1] == t - 1:
+            out[-1][0].append(t)
+        else:
+            out.append(([t], tok))
+    return [(f"{ts[0]}-{ts[-1]} each" if len(ts) > 1 else f"{ts[0]}", tok) for ts, tok in out]
+
+
+def _cells(r: RunCost, tok: Tokens) -> tuple[str, str, str, str]:
+    return _number(tok.generated), _number(tok.read), _number(tok.trained), _hours(r.hours(tok))
+
+
+ROW = "  {:<20} {:<11} {:>15} {:>15} {:>15} {:>9}"
+
+
+def run_lines(r: RunCost) -> list[str]:
+    """A run's table: per stage its iterations' tokens and GPU-hours, and its totals."""
+    lines = [ROW.format("stage", "iteration", "generated", "read", "trained", "GPU-h")]
+    for name, per in r.stages.items():
+        groups = _groups(per)
+        for k, (label, tok) in enumerate(groups):
+            lines.append(ROW.format(name if k == 0 else "", label, *_cells(r, tok)))
+        tok = r.total(name)
+        if len(per) > 1 and tok != Tokens():
+            lines.append(ROW.format("", "total", *_cells(r, tok)))
+    tok = r.total()
+    lines.append(ROW.format("run total", "", *_cells(r, tok)))
+    return lines
+
+
+def _heading(r: RunCost) -> str:
+    what = (
+        f"{r.method}, {r.members} members, {r.iterations} iterations x {r.prompts:,} prompts"
+        if "DPO training" in r.stages
+        else f"the initial pool's evaluation, {r.members} members"
+    )
+    return f"{what}; {r.size} class ({r.size_note}), backend {r.backend}"
+
+
+def _names(runs: list[str]) -> str:
+    """Runs that cost the same; a study's as ``<experiments>; seeds 1, 2 (4 runs, each)``."""
+    if len(runs) == 1:
+        return runs[0]
+    found = [re.fullmatch(r"(.+)-seed(\d+)", r) for r in runs]
+    if all(found):
+        names, seeds = (list(dict.fromkeys(m.group(k) for m in found)) for k in (1, 2))
+        if len(names) * len(seeds) == len(runs):
+            return f"{', '.join(names)}; seeds {', '.join(seeds)} ({len(runs)} runs, each)"
+    return f"{', '.join(runs)} ({len(runs)} runs, each)"
+
+
+def text(runs: Sequence[RunCost], a: Assumptions) -> str:
+    """The readable report: one table per group of runs that cost the same, the total, the
+    rates used and the assumptions."""
+    groups: dict[str, list[RunCost]] = {}
+    for r in runs:
+        key = json.dumps(
+            [_heading(r), {k: {t: dataclasses.astuple(v) for t, v in p.items()} for k, p in r.stages.items()}]
+        )
+        groups.setdefault(key, []).append(r)
+    lines = []
+    for same in groups.values():
+        lines += [_names([r.run for r in same]), f"  {_heading(same[0])}"]
+        lines += [*run_lines(same[0]), ""]
+    tok = sum((r.total() for r in runs), Tokens())
+    hours = sum(r.hours(r.total()) for r in runs)
+    lines.append(
+        f"all {len(runs)} run{'s' * (len(runs) > 1)}: {_number(tok.generated)} generated, "
+        f"{_number(tok.read)} read, {_number(tok.trained)} trained tokens; {_hours(hours)} GPU-hours"
+    )
+    lines += ["", "throughput used (tokens/s on one GPU):"]
+    used = {v for r in runs for v in r.rates.values()}
+    for x in (x for x in RATES if x in used):
+        figure = f"{x.kind:<6} {x.size:>4} {x.backend:<4} {x.device} {x.tokens_per_s:>9,.0f}"
+        lines.append(f"  {figure}  {x.status}: {x.source}")
+    lines += ["", "assumptions:", *(f"  - {line}" for line in assumption_lines(runs, a))]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sparta.cost",
+        description="Tokens and GPU-hours of every run of a config, per stage and iteration, from the "
+        "config alone.",
+    )
+    parser.add_argument(
+        "configfile", nargs="+", help="configs merged over the base in order (as snakemake's --configfile)"
+    )
+    parser.add_argument(
+        "--base", default="config.yaml", help="the workflow's config file (default: config.yaml)"
+    )
+    parser.add_argument("--json", action="store_true", help="JSON for machines instead of the tables")
+    parser.add_argument(
+        "--fill",
+        type=float,
+        default=1.0,
+        help="share of max_new_tokens answers and judgments use (default 1: upper bound)",
+    )
+    parser.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=DEFAULT_PROMPT_TOKENS,
+        help="tokens of a prompt whose file is not on disk",
+    )
+    parser.add_argument(
+        "--size", choices=sorted(SIZES), help="the models' size class (default: from the base models' names)"
+    )
+    parser.add_argument(
+        "--device", choices=DEVICES, default="H100", help="whose throughputs to use where the table has them"
+    )
+    args = parser.parse_args(argv)
+    if not 0 < args.fill <= 1 or args.prompt_tokens < 1:
+        parser.error("--fill is in (0, 1] and --prompt-tokens at least 1")
+    a = Assumptions(args.fill, args.prompt_tokens, args.size, args.device, Path(args.base).resolve().parent)
+    try:
+        runs = study_costs(read_config(args.configfile, args.base), a)
+    except CostError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(json.dumps(as_json(runs, a), indent=1) if args.json else text(runs, a))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
