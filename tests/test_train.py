@@ -372,3 +372,94 @@ def test_dpo_through_the_pair_tree_trains_what_trls_forward_trains(sft_adapter, 
         # Adam turns float noise in near-zero gradients into whole steps of some weights, so the
         # adapters are compared as a whole: the two trainings moved them the same way
         assert moved > 0.1 and apart < 0.05 * moved, (loss, moved, apart)  # a leaking tree: 0.5
+
+
+def _dpo_config_fields(monkeypatch, tmp_path, device, batch_size=2):
+    """The fields of the DPOConfig a DPO job builds for ``device`` (recorded, not validated:
+    transformers refuses bf16 on a machine without a GPU), and its TrainableMembers."""
+    import trl
+
+    from sparta.train import Tracking, TrainableMembers, _DPOJob
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))  # an H100
+    monkeypatch.setattr(trl, "DPOConfig", lambda **fields: fields)
+    runtime = Runtime(device=device, system_prompt=None)
+    members = TrainableMembers(LoraSettings(), runtime)
+    job = _DPOJob(members, DPOSettings(batch_size=batch_size), runtime, Tracking(), "dpo", 1000.0)
+    return job.args("ann", 0, tmp_path), members
+
+
+def test_dpo_on_cuda_asks_for_the_fast_options(monkeypatch, tmp_path):
+    """device cuda, dtype auto, on a GPU with bf16: bf16 weights and autocast, pinned memory, a
+    larger reference batch; padding_free stays off (TRL 1.16's DPO ignores it)."""
+    fields, members = _dpo_config_fields(monkeypatch, tmp_path, "cuda", batch_size=2)
+    assert members.device.type == "cuda" and members.dtype == torch.bfloat16
+    assert fields["bf16"] and not fields["fp16"] and not fields["use_cpu"]
+    assert fields["dataloader_pin_memory"]
+    assert fields["precompute_ref_batch_size"] == 8 and fields["precompute_ref_log_probs"]
+    assert fields["padding_free"] is False
+
+
+def test_dpo_on_the_cpu_asks_for_no_gpu_option(monkeypatch, tmp_path):
+    """The CPU's DPOConfig is what it was before the GPU options: fp32, no autocast, TRL's
+    reference batch (the training batch)."""
+    from sparta import train
+
+    cpu, members = _dpo_config_fields(monkeypatch, tmp_path, "cpu")
+    assert members.dtype == torch.float32
+    assert cpu["use_cpu"] and not cpu["bf16"] and not cpu["fp16"] and not cpu["dataloader_pin_memory"]
+    assert "precompute_ref_batch_size" not in cpu and cpu["padding_free"] is False
+    monkeypatch.setattr(train, "GPU_SPEED", False)
+    plain, _ = _dpo_config_fields(monkeypatch, tmp_path, "cuda")
+    gpu = {k: v for k, v in cpu.items() if k not in ("use_cpu", "bf16", "dataloader_pin_memory")}
+    assert plain.keys() == cpu.keys()  # the switch: the libraries' defaults on a GPU too
+    assert {k: v for k, v in plain.items() if k in gpu} == gpu
+
+
+def test_dpo_on_cuda_asks_for_sdpa_attention(sft_adapter, monkeypatch):
+    """A base loaded for a CUDA DPO job gets SDPA attention (here one loaded with eager
+    attention, on the CPU); on the CPU the model keeps its own."""
+    from sparta import train
+    from sparta.models import load_base
+
+    base, adapter = sft_adapter
+
+    def eager(folder, device, dtype):
+        model = load_base(folder, torch.device("cpu"), torch.float32)
+        model.set_attn_implementation("eager")
+        return model
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(train, "load_base", eager)
+    spec = MemberSpec("ann", str(base), str(adapter))
+    for device, expected in (("cuda", "sdpa"), ("cpu", "eager")):
+        members = train.TrainableMembers(LoraSettings(), Runtime(device=device, system_prompt=None))
+        model = members.attach(spec, 0)
+        assert model.get_base_model().config._attn_implementation == expected, device
+
+
+def test_a_bf16_lm_head_goes_to_trls_kernel_without_an_fp32_copy(sft_adapter, monkeypatch):
+    """GPU runs (bf16 weights): the pair tree scores with TRL's chunked kernel, never through
+    the fp32 head that would copy the LM head's weights to fp32."""
+    from peft import PeftModel
+
+    from sparta import pair_tree
+    from sparta.models import load_base
+
+    base, adapter = sft_adapter
+
+    def fp32_head(*args):
+        raise AssertionError("the fp32 head ran on a bf16 model")
+
+    monkeypatch.setattr(pair_tree, "_head_fields", fp32_head)
+    model = PeftModel.from_pretrained(load_base(str(base), torch.device("cpu"), torch.bfloat16), str(adapter))
+    # one pair: chosen and rejected share "1 5 9"; the answers' tokens are scored
+    ids = torch.tensor([[1, 5, 9, 12, 7], [1, 5, 9, 3, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    labels = ids.masked_fill(torch.tensor([[0, 0, 1, 1, 1], [0, 0, 1, 1, 0]]) == 0, -100)
+    assert pair_tree.tree_of(ids, mask, labels) is not None  # the tree's head, not TRL's forward
+    with torch.no_grad():
+        out = pair_tree.forward(model, input_ids=ids, attention_mask=mask, labels=labels)
+    head = model.get_base_model().get_output_embeddings().weight
+    assert head.dtype == torch.bfloat16 and out.label_mask.sum() == 5
+    assert torch.isfinite(out.log_probs).all() and (out.log_probs[out.label_mask] < 0).all()

@@ -89,6 +89,42 @@ def common_trainer_args(device: torch.device, dtype: torch.dtype, seed: int, out
     }
 
 
+# what a DPO job on a CUDA GPU asks for beyond the libraries' defaults (gpu_dpo_args,
+# gpu_attention); False: the defaults on every device (bench_dpo.py --gpu-defaults compares)
+GPU_SPEED = True
+# the reference pass's batch on a GPU, in training batches: a forward without gradients keeps
+# no activations, so a larger batch fills the GPU (TRL's precompute_ref_batch_size)
+GPU_REF_BATCHES = 4
+
+
+def gpu_dpo_args(device: torch.device, batch_size: int) -> dict:
+    """DPOConfig fields for speed on a CUDA GPU; none elsewhere, so a CPU run trains as before.
+
+    The rest of the fast path needs no field: bf16 weights and autocast come with ``dtype:
+    auto`` (:func:`trainer_precision`); TRL's DPO computes the LM head in bf16 in its chunked
+    kernel (fp32 accumulation, no fp32 copy of the head; ``cast_lm_head_to_fp32`` is GRPO's);
+    fused AdamW is transformers' default. ``padding_free`` stays off: TRL 1.16's DPO ignores it
+    (it warns and pads), and it needs flash-attention, which the pair tree's mask rules out."""
+    if device.type != "cuda" or not GPU_SPEED:
+        return {}
+    return {"precompute_ref_batch_size": GPU_REF_BATCHES * batch_size}
+
+
+def gpu_attention(model, device: torch.device) -> None:
+    """On a CUDA GPU, PyTorch's fused attention (SDPA) where the model has it; elsewhere the
+    model keeps its own (transformers' default, SDPA for most models), so CPU numbers stay.
+
+    Not flash-attention 2, even where installed: the pair tree (sparta.pair_tree) hands the
+    model a 4-D mask in which a rejected answer sees only the shared start and itself: SDPA
+    takes such a mask, flash-attention takes none."""
+    if device.type != "cuda" or not GPU_SPEED:
+        return
+    try:
+        model.set_attn_implementation("sdpa")
+    except ValueError as e:  # a model without SDPA keeps its own
+        log.warning("DPO keeps the model's own attention, not SDPA: %s", e)
+
+
 def progress_callback(stage: str, member: str):
     """A trainer callback that writes progress to the job's log while it trains (step, loss,
     steps/s, elapsed), so a long job's log file is never silent: every step for the first
@@ -275,6 +311,7 @@ class TrainableMembers:
 
         if spec.base != self.base:
             self.model, self.base = load_base(spec.base, self.device, self.dtype), spec.base
+            gpu_attention(self.model, self.device)
         adapter = None if spec.adapter is None else str(check_adapter_folder(spec.adapter))
         set_seed(seed)
         if not isinstance(self.model, PeftModel):
@@ -432,7 +469,8 @@ class _DPOJob:
 
     def args(self, name: str, seed: int, out_dir: Path):
         """TRL's DPOConfig of one member: the dpo settings, the trainer's precision and seed,
-        beta = 1 / ``sppo_eta`` for SPPO's losses, reference log-probabilities computed first."""
+        beta = 1 / ``sppo_eta`` for SPPO's losses, reference log-probabilities computed first,
+        on a CUDA GPU :func:`gpu_dpo_args`."""
         from trl import DPOConfig
 
         params, loss = self.params, self.loss
@@ -452,6 +490,7 @@ class _DPOJob:
             precompute_ref_log_probs=True,
             disable_dropout=True,  # TRL's default, stated: the LoRA dropout is off in DPO
             padding_free=False,
+            **gpu_dpo_args(self.trainable.device, params.batch_size),
             **self.tracking.args(name),
         )
 
