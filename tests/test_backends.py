@@ -355,3 +355,108 @@ def test_finished_rows_leave_the_batch_and_every_answer_stays_what_generate_give
     assert {g.finish_reason for g in ours} == {"stop", "length"}
     steps = [rows for rows, width in widths if width == 1]
     assert steps[0] == len(texts) and min(steps) < len(texts) / 2, steps
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory):
+    """A tiny base, four members with different random LoRA adapters (the default target
+    modules), one plain member."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    root = tmp_path_factory.mktemp("four")
+    base = build_tiny_model(root / "base", hidden=16)
+    specs = []
+    for k in range(4):
+        torch.manual_seed(10 + k)
+        lora = LoraConfig(
+            r=4,
+            lora_alpha=16,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            init_lora_weights=False,
+        )
+        get_peft_model(AutoModelForCausalLM.from_pretrained(base), lora).save_pretrained(root / f"m{k}")
+        specs.append(MemberSpec(f"m{k}", str(base), str(root / f"m{k}")))
+    specs.append(MemberSpec("plain", str(base)))
+    return specs
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_rows_indexed_once_per_batch_answer_and_score_as_peft_own_mixed_batches(four, monkeypatch, sampled):
+    """Each adapter's rows as an index tensor built once per batch (``ROW_INDEX``) and the
+    sampler's draws made ahead give exactly the tokens of PEFT's own mixed batches with a draw
+    per step (greedy and seeded sampling; four adapters and the base in one batch, rows
+    leaving it), and exactly their scores."""
+    from sparta.backends import hf
+
+    # a ninth of the vocabulary ends a turn: answers end at many lengths, rows leave the batch
+    monkeypatch.setattr(hf, "stop_token_ids", lambda tok: list(range(3, 400, 9)))
+    monkeypatch.setattr(hf, "COMPACT_AT", 0.1)
+    asked = requests(four) * 2
+    served = backend(four).serve_each([s for s, _ in asked])
+    texts = [chat_ids(served.tok, p, "sys") for _, p in asked]
+    hot = Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=12)
+    sampling = hot if sampled else Sampling.greedy_decoding(12)
+    seeds = list(range(20, 20 + len(texts)))
+    conts = [[[7], [8, 9], [10]] for _ in texts]
+
+    def answers_and_scores():
+        answers = served.generate(texts, sampling, seeds, batch_size=len(texts))
+        return answers, served.continuation_logprobs(texts, conts, 8)
+
+    ours = answers_and_scores()
+    monkeypatch.setattr(hf, "ROW_INDEX", False)
+    monkeypatch.setattr(hf, "DRAW_AHEAD", 1)  # one draw per row and step
+    peft_own = answers_and_scores()
+    assert ours == peft_own
+    assert {g.finish_reason for g in ours[0]} == {"stop", "length"}
+    by_member = {s.name: [g.text for (m, _), g in zip(asked, ours[0]) if m == s] for s in four}
+    assert len({tuple(t) for t in by_member.values()}) == len(four)  # the adapters really differ
+
+
+def test_no_lora_layer_builds_a_tensor_from_python_data_at_a_step(four, monkeypatch):
+    """Guard of the row forward: PEFT routes a mixed batch's LoRA layers through
+    ``lora.Linear._mixed_batch_forward``, which sparta replaces; with it, a forward builds as
+    many tensors from Python data with four adapters as with one (none in a LoRA layer);
+    PEFT's own builds three per LoRA layer and adapter. Fails when PEFT stops calling the
+    method (the index lists come back, unnoticed by the answers)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from sparta.backends import hf
+
+    model, names = backend(four)._model(four)
+    ids = torch.ones((8, 3), dtype=torch.long)
+
+    def lifted(adapters: int) -> int:
+        hooks = hf._adapter_hooks([names[i % adapters] for i in range(8)], torch.device("cpu"))
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(input_ids=ids, **hooks)
+        return sum(e.name == "aten::lift_fresh" for e in prof.events())
+
+    assert lifted(4) == lifted(1)
+    monkeypatch.setattr(hf, "ROW_INDEX", False)
+    assert lifted(4) - lifted(1) == 3 * 3 * 4 * 2  # 3 more adapters, 4 LoRA layers in each of 2 layers
+
+
+def test_draws_made_ahead_are_each_steps_own():
+    """The sampler draws several steps' random numbers at once per row; across refills and
+    rows leaving, every step gets what one draw per row and step from its generator gives."""
+    from sparta.backends import hf
+
+    sampling = Sampling(temperature=0.8, top_p=1.0, top_k=5, max_new_tokens=50)
+    seeds = list(range(40, 46))
+    sampler = hf.SeededSampler(seeds, sampling)
+    generators = [torch.Generator().manual_seed(s) for s in seeds]
+    rows = list(range(len(seeds)))
+    old = hf.DRAW_AHEAD
+    try:
+        hf.DRAW_AHEAD = 3 * len(seeds) * 5  # three steps at a time
+        for step in range(8):
+            want = torch.stack([torch.empty(5).exponential_(1, generator=generators[r]) for r in rows])
+            assert torch.equal(sampler.exponentials(5, torch.device("cpu")), want), step
+            if step in (1, 4):  # rows leave mid-block
+                keep = [0, 2, 3] if step == 1 else [1, 2]
+                sampler.select(keep)
+                rows = [rows[k] for k in keep]
+    finally:
+        hf.DRAW_AHEAD = old

@@ -85,11 +85,15 @@ class SeededSampler(LogitsProcessor):
     at once: on a CPU exactly ``torch.multinomial(probs[row], 1, generator=row's)`` (tested), on
     a GPU the same random numbers as on a CPU, and a few kernels a step instead of about ten
     per row (a row's multinomial checks, divides and reduces alone: at 64-128 rows a step,
-    several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row: docs/results.md)."""
+    several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row: docs/results.md).
+    The q of several steps are drawn at once (:meth:`exponentials`), so a step's host work does
+    not grow with its rows."""
 
     def __init__(self, seeds, sampling: Sampling):
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.sampling = sampling
+        self.ahead: torch.Tensor | None = None  # (rows, steps, k) drawn ahead, on the scores' device
+        self.step = 0  # the next step of ``ahead``
 
     def __call__(self, input_ids, scores):
         drawn = self.draw(scores)[:, None]
@@ -98,6 +102,8 @@ class SeededSampler(LogitsProcessor):
     def select(self, rows: list[int]) -> None:
         """Keep the generators of ``rows`` only (the batch's other rows have finished)."""
         self.generators = [self.generators[r] for r in rows]
+        if self.ahead is not None:
+            self.ahead = self.ahead[torch.tensor(rows, device=self.ahead.device)]
 
     def draw(self, scores) -> torch.Tensor:
         """One token per row of ``scores`` (rows, vocabulary)."""
@@ -110,12 +116,30 @@ class SeededSampler(LogitsProcessor):
             drop = probs.cumsum(-1) - probs >= s.top_p  # keep the smallest set reaching top_p
             top = top.masked_fill(drop, float("-inf"))
         probs = top.softmax(-1)
-        k = probs.shape[-1]
-        q = torch.stack(
-            [torch.empty(k, dtype=probs.dtype).exponential_(1, generator=g) for g in self.generators]
-        )
-        picks = (probs / q.to(probs.device, non_blocking=True)).argmax(-1, keepdim=True)
+        picks = (probs / self.exponentials(probs.shape[-1], probs.device)).argmax(-1, keepdim=True)
         return index.gather(1, picks)[:, 0]
+
+    def exponentials(self, k: int, device) -> torch.Tensor:
+        """This step's q (rows, k), float32 Exp(1): each row's next k numbers of its generator.
+
+        A CPU generator's ``exponential_`` fills a tensor in order, so drawing n steps of k at
+        once gives each step the numbers that n draws of k give (tested): the rows' draws are
+        made for up to ``max_new_tokens`` steps at a time (at most :data:`DRAW_AHEAD` numbers)
+        and copied to the device once, instead of one draw per row and a copy at every step."""
+        if self.ahead is None or self.step == self.ahead.shape[1] or self.ahead.shape[2] != k:
+            rows = len(self.generators)
+            steps = max(1, min(self.sampling.max_new_tokens, DRAW_AHEAD // max(rows * k, 1)))
+            block = torch.empty((rows, steps * k), dtype=torch.float32)
+            for row, g in zip(block, self.generators):
+                row.exponential_(1, generator=g)
+            self.ahead, self.step = block.view(rows, steps, k).to(device, non_blocking=True), 0
+        self.step += 1
+        return self.ahead[:, self.step - 1]
+
+
+DRAW_AHEAD = 1 << 22
+"""Random numbers :class:`SeededSampler` draws ahead at most (16 MB as float32): at 128 rows
+and top-k 50, 655 steps; over a whole vocabulary of 49,152, one step at a time."""
 
 
 @torch.no_grad()
@@ -159,8 +183,7 @@ def generate(
                     model, enc, extra[CACHE], who, sampler, sampling.max_new_tokens, stops, tok.pad_token_id
                 )
             else:  # transformers' generate (tests and benchmarks compare)
-                if who is not None:
-                    extra["adapter_names"] = who
+                extra.update(_adapter_hooks(who, device))
                 if sampler is not None:
                     extra["logits_processor"] = LogitsProcessorList([sampler])
                 seqs = model.generate(**enc, generation_config=config, **extra)
@@ -191,6 +214,79 @@ def _generation_config(max_new_tokens: int, pad: int, stops) -> GenerationConfig
     )
 
 
+ROW_INDEX = True
+"""False: PEFT's own mixed-adapter path, rebuilding each adapter's rows from the list of
+names in every LoRA layer at every forward (tests and benchmarks compare)."""
+
+
+class AdapterRows(list):
+    """``adapter_names`` of a mixed-adapter batch: each row's adapter, as PEFT reads it, and
+    each adapter's rows as one index tensor on the device, built once per batch (``rows``:
+    adapter -> rows, None when every row has that adapter).
+
+    PEFT's ``lora.Linear`` makes the index lists again in every LoRA layer at every forward,
+    and indexes with them: three tensors built from Python data per layer and adapter (on a
+    GPU, three host-to-device copies). :func:`_rows_forward` reads these instead."""
+
+    def __init__(self, names, device):
+        super().__init__(names)
+        groups: dict[str, list[int]] = {}
+        for row, name in enumerate(self):
+            groups.setdefault(name, []).append(row)
+        whole = len(groups) == 1
+        self.rows = {a: None if whole else torch.tensor(r, device=device) for a, r in groups.items()}
+
+
+def _adapter_hooks(names, device) -> dict:
+    """The forward's ``adapter_names`` argument for rows of ``names`` (None: no adapters)."""
+    if names is None:
+        return {}
+    if not ROW_INDEX:
+        return {"adapter_names": list(names)}
+    _install_rows_forward()
+    return {"adapter_names": AdapterRows(names, device)}
+
+
+def _rows_forward(self, x, *args, adapter_names, **kwargs):
+    """PEFT's ``lora.Linear._mixed_batch_forward`` with the rows of :class:`AdapterRows`: the
+    same sub-batches, products and sums, so the same numbers; each adapter's rows taken with
+    ``index_select`` and added back with ``index_add_`` (no index from a Python list), and
+    none taken when one adapter has the whole batch. Anything else (plain names, a LoRA
+    variant such as aLoRA, variant arguments) goes to PEFT's own method."""
+    rows = getattr(adapter_names, "rows", None)
+    variant = any(kwargs.get(k) is not None for k in _PEFT["variant_keys"])
+    if rows is None or self.lora_variant or variant:
+        return _PEFT["forward"](self, x, *args, adapter_names=adapter_names, **kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k not in _PEFT["variant_keys"]}
+    result = self.base_layer(x, *args, **kwargs)
+    for name, index in rows.items():
+        if name not in self.lora_A:  # the base's rows ("__base__"), or no LoRA of it here
+            continue
+        lora_A, lora_B = self.lora_A[name], self.lora_B[name]
+        sub = x if index is None else x.index_select(0, index)
+        out = lora_B(lora_A(self.lora_dropout[name](sub.to(lora_A.weight.dtype)))) * self.scaling[name]
+        if index is None:
+            result += out.to(result.dtype)
+        else:
+            result.index_add_(0, index, out.to(result.dtype))
+    return result
+
+
+_PEFT: dict = {}  # PEFT's own method and the variant arguments it takes, once replaced
+
+
+def _install_rows_forward() -> None:
+    """Route ``peft.tuners.lora.layer.Linear._mixed_batch_forward`` through
+    :func:`_rows_forward` (once per process; it hands plain name lists back to PEFT)."""
+    from peft.tuners.lora import layer
+
+    if layer.Linear._mixed_batch_forward is _rows_forward:
+        return
+    _PEFT["variant_keys"] = tuple(getattr(layer, "VARIANT_KWARG_KEYS", ("alora_offsets",)))
+    _PEFT["forward"] = layer.Linear._mixed_batch_forward
+    layer.Linear._mixed_batch_forward = _rows_forward
+
+
 OWN_DECODING = True
 """False: ``model.generate`` decodes, every row to the batch's end (tests and benchmarks compare)."""
 COMPACT_AT = 0.25
@@ -215,12 +311,11 @@ def _decode(model, enc, cache, names, sampler, max_new: int, stops, pad: int) ->
     step_ids = ids[:, cached:]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
     rows = list(range(n))  # the batch row of each present row
-    names = list(names) if names is not None else None
+    hooks = _adapter_hooks(names, device)  # each adapter's rows, again only when rows leave
     out: list[list[int]] = [[] for _ in range(n)]
     finished = [False] * n
     stop_set = set(stops)
     for _ in range(max_new):
-        hooks = {} if names is None else {"adapter_names": names}
         result = model(
             input_ids=step_ids,
             attention_mask=mask,
@@ -250,6 +345,7 @@ def _decode(model, enc, cache, names, sampler, max_new: int, stops, pad: int) ->
             rows = [rows[k] for k in alive]
             if names is not None:
                 names = [names[k] for k in alive]
+                hooks = _adapter_hooks(names, device)
             if sampler is not None:
                 sampler.select(alive)
         step_ids = torch.tensor(tokens, device=device)[:, None]
@@ -360,7 +456,7 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
     adapters = list(dict.fromkeys(who))
     first = {k: i for i, k in reversed(list(enumerate(zip(who, map(tuple, rows)))))}  # key -> first row
     distinct = [first[k] for k in keys]
-    hooks = {} if names is None else {"adapter_names": adapters}
+    hooks = _adapter_hooks(adapters if names is not None else None, device)
     cache = None
     if shared:  # the shared start, once per adapter
         start = ids[:1, :shared].expand(len(adapters), shared)
@@ -369,7 +465,7 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
         )[CACHE]
         cache.batch_select_indices(torch.tensor([adapters.index(who[i]) for i in distinct], device=device))
     if width - 1 > shared:  # the rest of each distinct prompt but its last token
-        hooks = {} if names is None else {"adapter_names": [who[i] for i in distinct]}
+        hooks = _adapter_hooks([who[i] for i in distinct] if names is not None else None, device)
         d = torch.tensor(distinct, device=device)
         cache = model(
             input_ids=ids[d, shared : width - 1],
@@ -461,7 +557,7 @@ def _common_start(model, prompts, adapter_names, device):
         return None
     adapters = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
     ids = torch.tensor([prompts[0][:length]], dtype=torch.long, device=device).expand(len(adapters), -1)
-    hooks = {"adapter_names": adapters} if adapter_names is not None else {}
+    hooks = _adapter_hooks(adapters if adapter_names is not None else None, device)
     cache = model(input_ids=ids, use_cache=True, logits_to_keep=1, **hooks)[CACHE]
     return length, cache, adapters
 
@@ -577,7 +673,7 @@ def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> 
             wanted[i] = (r, where)
         rows_adapter.append(names[idx[0]] if names is not None else None)
     keep = sorted({c for _, where in wanted.values() for c in where.values()})
-    kwargs = {"adapter_names": rows_adapter} if names is not None else {}
+    kwargs = _adapter_hooks(rows_adapter if names is not None else None, device)
     logits = model(
         input_ids=ids.to(device),
         attention_mask=attend[:, None].to(device),
@@ -591,24 +687,45 @@ def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> 
 
 def _continuation_scores(logits, keep, wanted, conts) -> dict[int, list[float]]:
     """Each request's summed log-probability per continuation, from the ``logits`` kept at
-    columns ``keep`` and ``wanted``: request -> (row, {(continuation, token): column})."""
+    columns ``keep`` and ``wanted``: request -> (row, {(continuation, token): column}).
+
+    Read for the whole batch at once: the log-softmax of every position read, then every
+    token's log-probability gathered and brought to the host in one copy (not one index,
+    log-softmax and copy per request: on a GPU, a wait per request)."""
     index = {c: q for q, c in enumerate(keep)}
-    result = {}
+    places, at = [], {}  # (row, kept column) of each position read; (request, key) -> its place
     for i, (r, where) in wanted.items():
-        keys = list(where)  # (-1, 0) first, then each continuation's tokens in order
-        logp = torch.log_softmax(logits[r, [index[where[key]] for key in keys]].float(), -1).cpu()
-        at = {key: q for q, key in enumerate(keys)}
+        for key, col in where.items():  # (-1, 0) first, then each continuation's tokens in order
+            at[i, key] = len(places)
+            places.append((r, index[col]))
+    reads = [  # (place, token) of every token of every continuation, in order
+        (at[i, (j, k - 1) if k else (-1, 0)], token)
+        for i in wanted
+        for j, x in enumerate(conts[i])
+        for k, token in enumerate(x)
+    ]
+    got = iter(_gathered_logprobs(logits, places, reads))
+    result = {}
+    for i in wanted:
         scores = []
-        for j, x in enumerate(conts[i]):
-            if not x:  # an empty continuation (an empty answer): log 1, as vLLM's empty sum
-                scores.append(0.0)
-                continue
-            lp = logp[0, x[0]].item()
-            for k in range(1, len(x)):
-                lp += logp[at[(j, k - 1)], x[k]].item()
+        for x in conts[i]:
+            lp = next(got) if x else 0.0  # an empty continuation (an empty answer): log 1, as vLLM's
+            for _ in x[1:]:
+                lp += next(got)
             scores.append(lp)
         result[i] = scores
     return result
+
+
+def _gathered_logprobs(logits, places, reads) -> list[float]:
+    """The log-probability of each ``(place, token)`` of ``reads``, a place being a (row,
+    column) of ``logits``: one log-softmax per place, one copy to the host."""
+    if not reads:
+        return []
+    rows, cols = torch.tensor(places, device=logits.device).T
+    logp = torch.log_softmax(logits[rows, cols].float(), -1)
+    at, tokens = torch.tensor(reads, device=logits.device).T
+    return logp[at, tokens].tolist()
 
 
 def _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, start):
@@ -630,7 +747,7 @@ def _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, s
             s = shared[r]
             ids[r, : s - common] = torch.tensor(prompts[idx[0]][common:s], dtype=torch.long)
             mask[r, common : max(s, common + 1)] = 1  # a row without a prefix computes a token nobody sees
-        hooks = {"adapter_names": rows_adapter} if rows_adapter is not None else {}
+        hooks = _adapter_hooks(rows_adapter, device)
         cache = model(
             input_ids=ids.to(device),
             attention_mask=mask.to(device),
@@ -701,7 +818,7 @@ def _cached_logprobs(
         cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
     ids, pos, attend, wanted = _request_rows(reqs, prompts, conts, shared, width_prefix, pad)
     keep = sorted({c for _, where in wanted.values() for c in where.values()})
-    hooks = {"adapter_names": [rows_adapter[r] for r, _ in reqs]} if names is not None else {}
+    hooks = _adapter_hooks([rows_adapter[r] for r, _ in reqs] if names is not None else None, device)
     logits = model(
         input_ids=ids.to(device),
         attention_mask=attend[:, None].to(device),
