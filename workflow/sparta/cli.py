@@ -24,7 +24,6 @@ from pathlib import Path
 import pandas as pd
 
 from . import layout, tables
-from .study import merge
 
 
 class CLIError(Exception):
@@ -229,32 +228,11 @@ def cmd_show(args) -> dict:
 def cmd_config(args) -> dict:
     """Every setting of a config with the defaults filled in (config.yaml, then each
     --configfile merged over it, as snakemake does); of a study config, every run's."""
-    import yaml
-
-    from .config import ConfigError, DuplicateKeyError, load_yaml, validate
+    from .config import ConfigError, read_config_files, validate
     from .settings import Settings, SettingsError
 
-    config: dict = {}
-    for path in [args.base, *args.configfile]:
-        if not Path(path).is_file():
-            raise CLIError(f"no such config file: {path}")
-        try:
-            data = load_yaml(Path(path).read_text()) or {}
-        except DuplicateKeyError as e:  # PyYAML would keep the second silently
-            lines = e.messages(path)
-            raise CLIError(
-                lines[0] if len(lines) == 1 else "\n  - ".join(["config problems:", *lines])
-            ) from None
-        except yaml.YAMLError as e:  # a tab in the indentation, an unclosed quote...
-            mark = getattr(e, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-            tab = " (YAML indents with spaces, never tabs)" if "\\t" in str(problem) else ""
-            raise CLIError(f"{path}{where}: not valid YAML: {problem}{tab}") from None
-        if not isinstance(data, dict):
-            raise CLIError(f"{path}: a config is a mapping of keys (key: value), not {type(data).__name__}")
-        config = merge(config, data)
     try:
+        config = read_config_files([args.base, *args.configfile])
         validate(config)
         if "study" in config:  # every run of the study: <study>/<experiment>-seed<s>
             from .study import expand

@@ -126,6 +126,39 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no Python objects
 
 
+def read_config_files(paths) -> dict:
+    """Config files merged in order, as snakemake merges config.yaml and each --configfile
+    (:func:`sparta.study.merge`); ConfigError naming the file (and line) that is missing, not
+    YAML, not a mapping or holds a key twice. Not checked against the schema."""
+    import yaml
+
+    from .study import merge
+
+    config: dict = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"no such config file: {path}")
+        try:
+            data = load_yaml(Path(path).read_text()) or {}
+        except DuplicateKeyError as e:  # PyYAML would keep the second silently
+            lines = e.messages(path)
+            raise ConfigError(
+                lines[0] if len(lines) == 1 else "\n  - ".join(["config problems:", *lines])
+            ) from None
+        except yaml.YAMLError as e:  # a tab in the indentation, an unclosed quote...
+            mark = getattr(e, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            tab = " (YAML indents with spaces, never tabs)" if "\\t" in str(problem) else ""
+            raise ConfigError(f"{path}{where}: not valid YAML: {problem}{tab}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"{path}: a config is a mapping of keys (key: value), not {type(data).__name__}"
+            )
+        config = merge(config, data)
+    return config
+
+
 def check_config_files(paths) -> None:
     """Every config file of a run (config.yaml and each --configfile, as snakemake read them)
     without a key written twice; ConfigError naming each file, line and key. A file YAML

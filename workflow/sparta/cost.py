@@ -85,33 +85,96 @@ class Rate:
 
 
 RATES: tuple[Rate, ...] = (
-    Rate("decode", "135M", "hf", "H200", 569, "measured",
-         f"{H200_GPU_CHECK}: 16,384 tokens in 28.8 s, 128 rows in one batch "
-         "(its per-row sampler since replaced, not remeasured)"),
-    Rate("decode", "7B", "hf", "H200", 393, "measured",
-         f"{H200_GPU_CHECK}: 15,966 tokens in 40.6 s, 64 rows in one batch "
-         "(its per-row sampler since replaced, not remeasured)"),
-    Rate("read", "135M", "hf", "H200", 9_000, "measured",
-         f"{H200_GPU_CHECK}: 32.2 expected-mode judgments/s x about 280 prompt tokens each "
-         "(judge prompt with a 128-token answer; the tokens are an estimate)"),
-    Rate("read", "7B", "hf", "H200", 7_800, "measured",
-         f"{H200_GPU_CHECK}: 19.3 expected-mode judgments/s x about 400 prompt tokens each "
-         "(judge prompt with a 250-token answer; the tokens are an estimate)"),
-    Rate("train", "135M", "trl", "H200", 290, "measured",
-         f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 10.3 s, whole job "
-         "with start-up, about 376 tokens a pair (estimate): a long job runs faster"),
-    Rate("train", "7B", "trl", "H200", 82, "measured",
-         f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 60.5 s, whole job "
-         "with start-up, about 620 tokens a pair (estimate): a long job runs faster"),
-    Rate("decode", "7B", "vllm", "H100", 2_500, "assumption",
-         "vLLM, a 7B base with many LoRA adapters in one engine (docs/guides/paper.md)"),
-    Rate("read", "7B", "vllm", "H100", 20_000, "assumption",
-         "vLLM prompt processing with prompt log-probabilities, 7B (docs/guides/paper.md)"),
-    Rate("train", "7B", "trl", "H100", 2_000, "assumption",
-         "TRL + PEFT DPO, LoRA r 16, batch 1: 0.5 s per pair of about 1,000 tokens (docs/guides/paper.md)"),
+    Rate(
+        "decode",
+        "135M",
+        "hf",
+        "H200",
+        569,
+        "measured",
+        f"{H200_GPU_CHECK}: 16,384 tokens in 28.8 s, 128 rows in one batch "
+        "(its per-row sampler since replaced, not remeasured)",
+    ),
+    Rate(
+        "decode",
+        "7B",
+        "hf",
+        "H200",
+        393,
+        "measured",
+        f"{H200_GPU_CHECK}: 15,966 tokens in 40.6 s, 64 rows in one batch "
+        "(its per-row sampler since replaced, not remeasured)",
+    ),
+    Rate(
+        "read",
+        "135M",
+        "hf",
+        "H200",
+        9_000,
+        "measured",
+        f"{H200_GPU_CHECK}: 32.2 expected-mode judgments/s x about 280 prompt tokens each "
+        "(judge prompt with a 128-token answer; the tokens are an estimate)",
+    ),
+    Rate(
+        "read",
+        "7B",
+        "hf",
+        "H200",
+        7_800,
+        "measured",
+        f"{H200_GPU_CHECK}: 19.3 expected-mode judgments/s x about 400 prompt tokens each "
+        "(judge prompt with a 250-token answer; the tokens are an estimate)",
+    ),
+    Rate(
+        "train",
+        "135M",
+        "trl",
+        "H200",
+        290,
+        "measured",
+        f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 10.3 s, whole job "
+        "with start-up, about 376 tokens a pair (estimate): a long job runs faster",
+    ),
+    Rate(
+        "train",
+        "7B",
+        "trl",
+        "H200",
+        82,
+        "measured",
+        f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 60.5 s, whole job "
+        "with start-up, about 620 tokens a pair (estimate): a long job runs faster",
+    ),
+    Rate(
+        "decode",
+        "7B",
+        "vllm",
+        "H100",
+        2_500,
+        "assumption",
+        "vLLM, a 7B base with many LoRA adapters in one engine (docs/guides/paper.md)",
+    ),
+    Rate(
+        "read",
+        "7B",
+        "vllm",
+        "H100",
+        20_000,
+        "assumption",
+        "vLLM prompt processing with prompt log-probabilities, 7B (docs/guides/paper.md)",
+    ),
+    Rate(
+        "train",
+        "7B",
+        "trl",
+        "H100",
+        2_000,
+        "assumption",
+        "TRL + PEFT DPO, LoRA r 16, batch 1: 0.5 s per pair of about 1,000 tokens (docs/guides/paper.md)",
+    ),
     Rate("decode", "135M", "vllm", "H100", 20_000, "assumption", "vLLM, a 135M base, large batches"),
     Rate("read", "135M", "vllm", "H100", 200_000, "assumption", "vLLM prompt processing, a 135M base"),
-)  # fmt: skip
+)
 """The throughput table: each row measured (machine and date in its source) or assumed."""
 
 DEVICES = tuple(dict.fromkeys(r.device for r in RATES))
@@ -521,26 +584,12 @@ def study_costs(config: dict, a: Assumptions) -> list[RunCost]:
 
 
 def read_config(paths: Sequence[str | Path], base: str | Path = "config.yaml") -> dict:
-    """``paths`` merged over ``base`` in order (:func:`sparta.study.merge`, as Snakemake merges
-    --configfile), checked against the schema."""
-    import yaml
+    """``paths`` merged over ``base`` in order (:func:`sparta.config.read_config_files`, as
+    Snakemake merges --configfile), checked against the schema."""
+    from .config import ConfigError, read_config_files, validate
 
-    from .config import ConfigError, validate
-    from .study import merge
-
-    config: dict = {}
-    for path in [base, *paths]:
-        if not Path(path).is_file():
-            raise CostError(f"no such config file: {path}")
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as e:
-            raise CostError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-        if not isinstance(data, dict):
-            raise CostError(f"{path}: a config is a mapping of keys, not {type(data).__name__}")
-        config = merge(config, data)
     try:
-        return validate(config)
+        return validate(read_config_files([base, *paths]))
     except ConfigError as e:
         raise CostError(str(e)) from None
 
