@@ -21,7 +21,7 @@ format:
 	ruff check --fix .
 
 schema:  # the config schema and the generated reference pages (docs/reference/), from the code
-	$(PY) -m sparta.schema --write
+	$(PY) -m sparta.docgen --write
 
 envs:  # every shipped environment (envs/*.yaml, requirements files) resolved against the registry
 	$(PY) -m tests.envs

@@ -1,5 +1,5 @@
 """The docs' reference pages are generated from the code that defines what they list
-(``python -m sparta.schema --write``, :mod:`sparta.docgen`): the committed pages are what it
+(``python -m sparta.docgen --write``, :mod:`sparta.docgen`): the committed pages are what it
 writes, each page lists everything its source defines, and the architecture page names every
 module of the package."""
 

@@ -1,5 +1,5 @@
 """The config schema and the constants table of the docs are generated from the settings
-dataclasses (``python -m sparta.schema --write``): the committed files are what it writes,
+dataclasses (``python -m sparta.docgen --write``): the committed files are what it writes,
 and the schema keeps the structure the settings declare."""
 
 import dataclasses

@@ -3,7 +3,7 @@
 :func:`check_config_files` reads every config file again and refuses a key written twice
 (PyYAML keeps the second silently); :func:`validate` checks the config against
 ``workflow/schemas/config.schema.yaml`` (types, bounds, typos; generated from the settings
-dataclasses by ``python -m sparta.schema --write``); :func:`load` builds the typed
+dataclasses by ``python -m sparta.docgen --write``); :func:`load` builds the typed
 :class:`~sparta.settings.Settings` and :func:`check` then looks at the world: model folders,
 adapters, prompt files, tasks, optional packages. Every message names the config key or file
 to fix.

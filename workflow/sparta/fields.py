@@ -3,7 +3,7 @@ and (through a ``Literal[...]`` type) its choices.
 
 The config schema (``workflow/schemas/config.schema.yaml``) and the docs' constants table
 (``docs/reference/constants.md``) are generated from these declarations
-(``python -m sparta.schema --write``); a dataclass that checks its own values
+(``python -m sparta.docgen --write``); a dataclass that checks its own values
 (:func:`check_fields`) reads the same bounds and choices.
 
 Pure: no import of the rest of sparta.

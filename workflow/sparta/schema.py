@@ -1,12 +1,12 @@
 """The config schema and the constants page, generated from the settings dataclasses.
 
 Every setting is declared once, as a field of :class:`sparta.settings.Settings` (and of the
-dataclasses it holds) with :func:`sparta.fields.setting`. This module writes what follows from
-those declarations::
+dataclasses it holds) with :func:`sparta.fields.setting`. This module makes what follows from
+those declarations; :mod:`sparta.docgen` writes it with every other generated page::
 
-    python -m sparta.schema --write   # workflow/schemas/config.schema.yaml, docs/reference/constants.md
-                                      # and the other generated pages (sparta.docgen)
-    python -m sparta.schema           # check: exit 1 when one differs from what it would write
+    python -m sparta.docgen --write   # workflow/schemas/config.schema.yaml, docs/reference/constants.md
+                                      # and the other generated pages
+    python -m sparta.docgen           # check: exit 1 when one differs from what it would write
 
 A field becomes a schema property: its type (``X | None`` may be null, a ``Literal`` is an enum,
 a dataclass an object without unknown keys, a tuple an array, a dict a map), its bounds, its
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 import types
 import typing
 from pathlib import Path
@@ -36,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO / "workflow" / "schemas" / "config.schema.yaml"
 CONSTANTS_PAGE = REPO / "docs" / "reference" / "constants.md"
 DEFAULT_CONFIG = REPO / "config.yaml"
-COMMAND = "python -m sparta.schema --write"
+COMMAND = "python -m sparta.docgen --write"
 CHOICES_SHOWN = 3  # the table names the choices of a key with at most this many
 
 HEADER = f"""\
@@ -365,12 +364,3 @@ def outputs() -> dict[Path, str]:
 
     embedded = yaml.safe_load(DEFAULT_CONFIG.read_text())
     return {SCHEMA_FILE: schema_text(), CONSTANTS_PAGE: constants_text(embedded)}
-
-
-if __name__ == "__main__":
-    # one command for every generated file: the schema, the constants page and the reference
-    # pages of sparta.docgen, which imports this module (run as a program, this file is
-    # __main__, so there is no loop)
-    from sparta import docgen
-
-    sys.exit(docgen.main(prog="python -m sparta.schema"))

@@ -4,7 +4,7 @@ Each setting is one dataclass field below (or in :mod:`sparta.matchmaking` and
 :mod:`sparta.reputation`), declared with :func:`sparta.fields.setting`: its default, help
 text, bounds, and its choices as a ``Literal`` type. The config schema
 (``workflow/schemas/config.schema.yaml``) and the docs' reference pages are generated from
-them (``python -m sparta.schema --write``). The config file (``config.yaml`` or
+them (``python -m sparta.docgen --write``). The config file (``config.yaml`` or
 ``--configfile``) is checked against that schema (types, bounds, typos) and then turned into
 one :class:`Settings` here. ``sparta config`` prints the resolved settings of a config.
 
