@@ -15,11 +15,6 @@ worked solutions, right and wrong):
 Printed per workload: requests, tokens computed with and without sharing, wall time of each
 (one run, same process, alternating order), their ratio, and the largest difference of a
 score between the two (float rounding only). Threads: 1 by default, as a job of a local run.
-
-``--layout``: instead, the two ways of computing the shared rows, alternated twice: the
-prefix and its requests in one row with a tree attention mask (``hf.PREFIX_CACHE`` off), and
-the prefix once into a KV cache, then a row per request (the default); seconds, speed-up,
-query-key pairs the attention computes in each, and the largest score difference.
 """
 
 from __future__ import annotations
@@ -106,7 +101,6 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--judge", default=None, help="model folder or hub id (default: the SmolLM2 base)")
-    ap.add_argument("--layout", action="store_true", help="tree rows against prefix cache + request rows")
     ap.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     args = ap.parse_args()
     spec, served = serve_judge(args.judge, args.threads)
@@ -117,9 +111,6 @@ def main() -> None:
     )
     judge = Counting(served)
     runs = {k: v for k, v in workloads(judge, rows).items() if args.only is None or k in args.only}
-    if args.layout:
-        layouts(judge, runs)
-        return
     print(
         f"{'workload':<16}{'requests':>9}{'tokens alone':>14}{'shared':>9}{'s alone':>9}{'s shared':>9}"
         f"{'speed-up':>9}{'max |d score|':>14}"
@@ -143,56 +134,6 @@ def main() -> None:
         print(
             f"{name:<16}{alone[3]:>9}{alone[2]:>14,}{shared[2]:>9,}{alone[1]:>9.1f}{shared[1]:>9.1f}"
             f"{alone[1] / shared[1]:>8.2f}x{diff:>14.2e}"
-        )
-
-
-def attention_pairs(prompts, conts, batch_size: int, cached: bool) -> int:
-    """Query-key pairs the attention of the scoring batches computes (padding included)."""
-    total = 0
-    for batch in hf._batches(prompts, conts, None, batch_size):
-        if not cached:
-            total += len(batch) * max(hf._row_length(seg, prompts, conts) for seg in batch) ** 2
-            continue
-        prefix = max(seg[0] for seg in batch)
-        own = [hf._own_length(prompts[i], conts[i], seg[0]) for seg in batch for i in seg[1]]
-        total += sum(seg[0] ** 2 for seg in batch) + len(own) * max(own) * (prefix + max(own))
-    return total
-
-
-def layouts(judge, runs) -> None:
-    """Tree rows against prefix cache + request rows, per workload, alternated twice."""
-    pairs: dict[bool, int] = {}
-    original = judge.continuation_logprobs
-
-    def counting(prompts, conts, batch_size=8):
-        for cached in (True, False):
-            pairs[cached] = pairs.get(cached, 0) + attention_pairs(prompts, conts, batch_size, cached)
-        return original(prompts, conts, batch_size)
-
-    judge.continuation_logprobs = counting
-    print(
-        f"{'workload':<16}{'requests':>9}{'s tree':>9}{'s cached':>10}{'speed-up':>9}{'pairs tree':>12}"
-        f"{'cached':>9}{'max |d score|':>14}"
-    )
-    for name, run in runs.items():
-        best: dict[bool, float] = {}
-        scores: dict[bool, list] = {}
-        for cached in (False, True) * 2:
-            hf.PREFIX_CACHE = cached
-            pairs.clear()
-            judge.requests = 0
-            t0 = time.perf_counter()
-            scores[cached] = run()
-            best[cached] = min(best.get(cached, float("inf")), time.perf_counter() - t0)
-        hf.PREFIX_CACHE = True
-        diff = max(
-            (abs(a - b) for a, b in zip(scores[False], scores[True]) if a is not None and b is not None),
-            default=0.0,
-        )
-        print(
-            f"{name:<16}{judge.requests:>9}{best[False]:>9.1f}{best[True]:>10.1f}"
-            f"{best[False] / best[True]:>8.2f}x{pairs[False] / 1e6:>11.1f}M{pairs[True] / 1e6:>8.1f}M"
-            f"{diff:>14.2e}"
         )
 
 

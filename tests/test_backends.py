@@ -121,20 +121,15 @@ def test_the_batched_draw_is_each_rows_multinomial(top_k, top_p):
         assert cpu(None, scores).argmax(-1).tolist() == gpu(None, scores.cuda()).argmax(-1).tolist()
 
 
-@pytest.mark.parametrize("cached", [True, False])
-def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool, monkeypatch, cached):
+def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool):
     """Requests whose prompts begin alike are computed with their common prefix once (one
-    row, fewer tokens), and each continuation's log-probability is what a plain forward pass
-    over its prompt and continuation alone gives, whatever the adapter and batch: with the
-    prefix in a KV cache and a row per request (the default), or prefix and requests in one
-    tree-masked row."""
-    from sparta.backends import hf
+    tree-masked row, fewer tokens), and each continuation's log-probability is what a plain
+    forward pass over its prompt and continuation alone gives, whatever the adapter and
+    batch."""
     from sparta.backends.hf import SHARED_PREFIX_MIN, _row_length, _segments
 
-    monkeypatch.setattr(hf, "PREFIX_CACHE", cached)
-
     mixed = backend(pool)
-    model, names = mixed._model(pool)
+    _, names = mixed._model(pool)
     stem = list(range(5, 5 + 3 * SHARED_PREFIX_MIN))  # a long common start, as a judge instruction
     prompts, conts, who = [], [], []
     for k in range(9):
@@ -168,14 +163,6 @@ def test_scoring_shares_prefixes_and_scores_as_each_request_alone(pool, monkeypa
     for lp, w in zip(got, want):
         assert lp == pytest.approx(w, abs=1e-4)
     assert got == mixed.continuation_logprobs([pool[m] for m in who], prompts, conts, batch_size=8)
-    # without the two short prompts every prompt shares the stem: computed once per adapter
-    # for the whole call, and the rows extend it
-    n = len(prompts) - 2
-    assert hf._common_start(model, prompts, adapters, torch.device("cpu")) is None
-    assert hf._common_start(model, prompts[:n], adapters[:n], torch.device("cpu"))[0] >= 2 * SHARED_PREFIX_MIN
-    alike = mixed.continuation_logprobs([pool[m] for m in who[:n]], prompts[:n], conts[:n], batch_size=8)
-    for lp, w in zip(alike, want[:n]):
-        assert lp == pytest.approx(w, abs=1e-4)
 
 
 def test_an_empty_continuation_scores_zero_and_leaves_the_others_alone(pool):

@@ -98,7 +98,7 @@ def test_no_issue_numbers_and_no_private_names_for_users():
         assert not re.search(r"issue [0-9]+", text, re.I), f"{page}: an internal issue number"
         if "development" in page.parts:
             continue  # the development pages name the internals
-        for name in ("RoomyLayer", "PREFIX_CACHE", "PAIR_TREE", "_segments", "_prefilled", "_decode"):
+        for name in ("RoomyLayer", "PAIR_TREE", "_segments", "_prefilled", "_decode"):
             assert name not in text, f"{page}: {name} is an internal"
         assert not re.search(r"sparta\.[\w.]*\._\w", text), f"{page}: a private name"
 

@@ -339,12 +339,18 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     """study.tasks, as the paper aligns once per task: every experiment runs once per task
     (X = the task's prompts: a hub dataset's train split for one, a local file for the
     other); the initial pool (its SFT) is built once per seed and shared by both tasks, the
-    prompt splits and the pool's evaluation once per task; comparison rows per task."""
+    prompt splits and the pool's evaluation once per task; comparison rows per task. One member
+    with SFT (ann): one SFT job per seed, not one per task, shows the pool shared."""
     cfg = tiny_config(
         tmp_path,
         "tasks-study",
         iterations=1,
         base_models={"tiny": {"path": f"hf://{MODEL}"}},
+        members=[
+            {"name": "ann", "base": "tiny", "sft_domain": "addition"},
+            {"name": "bob", "base": "tiny"},
+            {"name": "cid", "base": "tiny"},
+        ],
         prompts={"per_iteration": 4},
         evaluation={"checkpoints": "final", "select_from": "final"},
         analysis={"enabled": False},
@@ -354,7 +360,7 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     work, config = tmp_path / "work", write_config(tmp_path, cfg)
     plan = run_snakemake(work, config, "-n", "--quiet", "rules")
     jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", plan.stdout, re.M)}
-    assert jobs["sft_member"] == 2 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
+    assert jobs["sft_member"] == 1 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
     assert jobs["hub_dataset"] == 2 and jobs["compare"] == 1  # the dataset's train and test splits
     # study.experiment_tasks: an ablation on one of the two tasks only (as the paper's Table 3)
     subset = {
@@ -369,7 +375,7 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
         tmp_path / "subset-work", write_config(tmp_path / "subset", subset), "-n", "-q", "rules"
     )
     sub_jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", sub_plan.stdout, re.M)}
-    assert sub_jobs["dpo"] == 3 and sub_jobs["finalize"] == 3 and sub_jobs["sft_member"] == 2
+    assert sub_jobs["dpo"] == 3 and sub_jobs["finalize"] == 3 and sub_jobs["sft_member"] == 1
     run_snakemake(work, config, timeout=2400)
     out = work / "results" / "tasks-study"
     pool, other = out / "tinymath" / "_init-seed1", out / "arith" / "_init-seed1"

@@ -53,7 +53,11 @@ def test_reference_judged_runs_of_sparta_self_rewarding_and_sppo(tmp_path, tiny_
         prompts={"per_iteration": 3},
         judge={"kind": "reference"},
         baselines={"samples": 2},
+        # no SFT and no analysis: no assertion reads them (a member's DPO still saves an
+        # adapter, trained or, without pairs, a fresh LoRA: sparta/train.py, dpo_members)
+        members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],
         evaluation={"enabled": False},
+        analysis={"enabled": False},
     )
     cfg["study"] = {
         "seeds": [3],

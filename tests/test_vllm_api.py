@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 import json
 
+import numpy as np
 import pytest
 
 from sparta.members import MemberSpec
@@ -64,8 +65,8 @@ def test_sampling_and_scoring_parameters():
     assert sampled.stop_token_ids == [2] and sampled.detokenize is False
     greedy = backend.sampling_params(Sampling(temperature=0.0, max_new_tokens=8), 3, [2])
     assert greedy.temperature == 0.0 and greedy.top_k in (-1, 0)
-    scoring = backend.scoring_params()
-    assert scoring.prompt_logprobs == 1 and scoring.max_tokens == 1 and scoring.detokenize is False
+    legacy = backend.scoring_params([5, 9, 7], 1, by_token_ids=False)
+    assert legacy.prompt_logprobs == 1 and legacy.max_tokens == 1 and legacy.detokenize is False
     generate = inspect.signature(vllm.LLM.generate).parameters
     assert {"lora_request", "use_tqdm", "sampling_params"} <= set(generate)
     from vllm.inputs import TokensPrompt
@@ -133,3 +134,76 @@ def test_the_flashinfer_sampler_is_off_when_vllm_reads_its_settings(monkeypatch)
     import vllm.envs
 
     assert vllm.envs.VLLM_USE_FLASHINFER_SAMPLER is False
+
+
+def _model_config(tmp_path):
+    from vllm.config import ModelConfig
+
+    from .tiny import build_tiny_model
+
+    base = str(build_tiny_model(tmp_path / "base"))
+    return ModelConfig(model=base, tokenizer=base)
+
+
+def test_scoring_asks_for_the_continuation_s_tokens_only(tmp_path):
+    """On the V2 runner a scoring request names one token per continuation position, from row
+    start - 1 (vLLM: row i scores prompt token prompt_logprob_start + i + 1, and a prompt has
+    prompt_len - 1 - prompt_logprob_start rows); vLLM's own check of the request accepts it."""
+    ids, start = [3, 11, 12, 40, 41, 42], 3
+    params = backend.scoring_params(ids, start, by_token_ids=True)
+    rows = params.prompt_logprob_token_ids
+    assert len(rows) == len(ids) - 1 - params.prompt_logprob_start == len(ids) - start
+    assert [ids[params.prompt_logprob_start + i + 1] for i in range(len(rows))] == [int(r[0]) for r in rows]
+    assert params.prompt_logprobs is None and params.detokenize is False and params.max_tokens == 1
+    assert params.skip_reading_prefix_cache  # vLLM computes every scored row itself
+    params.verify(_model_config(tmp_path), None, None, None)
+
+
+class _ScoringLLM:
+    """Answers scoring requests as vLLM's V2 runner does, with made-up numbers: row i of a
+    request is the prediction of prompt token prompt_logprob_start + i + 1, scored here as
+    minus that token's id over 100 (checked against the token the request names)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, requests, params, lora_request=None, use_tqdm=True):
+        from vllm.outputs import CompletionOutput, RequestOutput
+
+        self.calls.append(len(requests))
+        outs = []
+        for k, (request, p) in enumerate(zip(requests, params)):
+            ids = request["prompt_token_ids"]
+            named = [int(r[0]) for r in p.prompt_logprob_token_ids]
+            wanted = ids[p.prompt_logprob_start + 1 :]
+            assert named == wanted and lora_request[k] is not None
+            scores = np.array([[-t / 100] for t in wanted], dtype=np.float32)
+            done = CompletionOutput(0, "", [1], None, None, finish_reason="length")
+            outs.append(RequestOutput(str(k), None, ids, None, [done], True, prompt_token_id_logprobs=scores))
+        return outs
+
+
+def test_identical_and_empty_continuations_cost_no_request(tmp_path):
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    engine = object.__new__(backend.VLLMEngine)  # no engine starts on a CPU: vLLM's outputs stand in
+    engine.llm, engine.v2, engine._ids = _ScoringLLM(), True, {}
+    member = MemberSpec("a", "base", str(folder))
+    prompts = [[1, 2], [1, 2], [7]]
+    conts = [[[30, 40], [], [50]], [[30, 40]], [[60, 70, 80]]]
+    got = engine.continuation_logprobs([member] * 3, prompts, conts)
+    want = [[-0.7, 0.0, -0.5], [-0.7], [-2.1]]
+    assert [len(r) for r in got] == [3, 1, 1]
+    assert sum(got, []) == pytest.approx(sum(want, []), abs=1e-6)
+    assert engine.llm.calls == [3]  # [1, 2, 30, 40] once, the empty one not at all
+
+
+def test_the_model_runner_is_read_where_vllm_keeps_it():
+    """uses_v2_runner reads LLM.llm_engine.vllm_config.use_v2_model_runner (a property of the
+    engine's config, which the V2-only scoring request needs)."""
+    from vllm.config import VllmConfig
+    from vllm.v1.engine.llm_engine import LLMEngine
+
+    assert isinstance(inspect.getattr_static(VllmConfig, "use_v2_model_runner"), property)
+    assert "self.vllm_config = vllm_config" in inspect.getsource(LLMEngine.__init__)
+    assert "self.llm_engine = LLMEngine" in inspect.getsource(vllm.LLM.__init__)

@@ -32,13 +32,18 @@ def run_b(tmp_path_factory, tiny_base):
     """The same experiment killed hard (kill -9 of the whole snakemake process group, as a node
     failure would) in the middle of iteration 1's judging, then recovered with the same
     command. Its tables must equal run_a's byte for byte: the kill may change nothing. One
-    iteration (run_a has two): iteration 1 and its checkpoint are the same in both."""
+    iteration (run_a has two): iteration 1 is the same in both. Both commands ask for the run up
+    to iteration 1's preferences and standings and the initial pool's evaluation: the kill and
+    the recovery happen before any DPO, and a DPO, a later evaluation and the analysis after the
+    recovery would only cost model jobs (their tables' equality is run_a's and test_slurm's)."""
     root = tmp_path_factory.mktemp("run_b")
     cfg = write_config(root, tiny_config(tiny_base, iterations=1))
     work = root / "work"
+    targets = [f"{EXP}/iter_1/preferences.parquet", f"{EXP}/final_state.parquet"]
+    targets += [f"{EXP}/evaluation/checkpoint_0/{m}.parquet" for m in ("ann", "bob", "cid")]
     log = open(root / "first.log", "w")
     proc = subprocess.Popen(
-        snakemake_cmd(work, cfg), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        snakemake_cmd(work, cfg, *targets), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     deadline = time.time() + 900
     judging = work / EXP / "logs" / "iter_1" / "round_0" / "judge_pool.log"
@@ -55,7 +60,7 @@ def run_b(tmp_path_factory, tiny_base):
     finished = {
         p: p.stat().st_mtime_ns for p in (work / "results").rglob("*") if p.suffix in (".parquet", ".json")
     }
-    second = run_snakemake(work, cfg)  # the recovery: the same command
+    second = run_snakemake(work, cfg, *targets)  # the recovery: the same command
     return work, first_rc, finished, second
 
 
@@ -167,7 +172,9 @@ def test_unparseable_judges_give_null_scores_and_the_run_goes_on(tmp_path, tiny_
         evaluation={"enabled": False},
         analysis={"enabled": False},
     )
-    run_snakemake(tmp_path / "work", write_config(tmp_path, cfg))
+    # up to the standings and the iteration's preferences: no assertion needs its DPO
+    targets = [f"results/garbled/{name}" for name in ("final_state.parquet", "iter_1/preferences.parquet")]
+    run_snakemake(tmp_path / "work", write_config(tmp_path, cfg), *targets)
     out = tmp_path / "work" / "results" / "garbled"
     judgments = read_all(tmp_path / "work", "results/garbled/iter_1/round_0/judgments/*.parquet")
     nulls = judgments["score"].isna()

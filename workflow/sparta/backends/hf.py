@@ -493,9 +493,6 @@ def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-PREFIX_CACHE = True
-"""False: a row's shared prefix and its requests in one forward pass with a tree mask
-(:func:`_tree_logprobs`; tests and benchmarks compare)."""
 SHARED_PREFIX_MIN = 16
 """Tokens two prompts must share at the start for their common prefix to be computed once."""
 
@@ -510,18 +507,15 @@ def continuation_logprobs(
     Requests of one adapter whose prompts begin alike (a judge reading several answers to one
     question, an annotator's every pair, a meta-judge's every two judgments of one answer) are
     laid in one row with their common prefix computed once (:func:`_segments`); a batch holds
-    at most ``batch_size`` requests. Each request's result is what scoring it alone gives, up
-    to float rounding."""
+    at most ``batch_size`` requests and is one forward pass, a tree attention mask keeping the
+    requests of a row apart (:func:`_tree_logprobs`). Each request's result is what scoring it
+    alone gives, up to float rounding."""
     device = next(model.parameters()).device
     batches = _batches(prompts, conts, adapter_names, batch_size)
     out: list[list[float]] = [[] for _ in prompts]
-    start = _common_start(model, prompts, adapter_names, device) if PREFIX_CACHE else None
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
         for batch in batches:
-            if PREFIX_CACHE:
-                got = _cached_logprobs(model, batch, prompts, conts, pad, device, adapter_names, start)
-            else:
-                got = _tree_logprobs(model, batch, prompts, conts, pad, device, adapter_names)
+            got = _tree_logprobs(model, batch, prompts, conts, pad, device, adapter_names)
             for i, lp in got.items():
                 out[i] = lp
             bar.update(sum(len(s[1]) for s in batch))
@@ -543,34 +537,6 @@ def _batches(prompts, conts, adapter_names, batch_size: int) -> list[list[tuple[
     if current:
         batches.append(current)
     return batches
-
-
-def _common_start(model, prompts, adapter_names, device):
-    """The start every prompt of a scoring call shares (a judge's system prompt and rubric:
-    at least :data:`SHARED_PREFIX_MIN` tokens, every prompt keeping one of its own), computed
-    once per adapter for the whole call: (its length, its KV cache with a row per adapter,
-    the adapters in row order), or None."""
-    if len(prompts) < 2:
-        return None
-    length = min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)
-    if length < SHARED_PREFIX_MIN:
-        return None
-    adapters = list(dict.fromkeys(adapter_names)) if adapter_names is not None else [None]
-    ids = torch.tensor([prompts[0][:length]], dtype=torch.long, device=device).expand(len(adapters), -1)
-    hooks = _adapter_hooks(adapters if adapter_names is not None else None, device)
-    cache = model(input_ids=ids, use_cache=True, logits_to_keep=1, **hooks)[CACHE]
-    return length, cache, adapters
-
-
-def _rows_of(cache, rows: list[int]) -> DynamicCache:
-    """A new KV cache holding ``rows`` of ``cache`` (which stays as it is)."""
-    out = DynamicCache()
-    index = None
-    for k, layer in enumerate(cache.layers):
-        if index is None:
-            index = torch.tensor(rows, device=layer.keys.device)
-        out.update(layer.keys[index], layer.values[index], k)
-    return out
 
 
 def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[int]]]:
@@ -726,106 +692,3 @@ def _gathered_logprobs(logits, places, reads) -> list[float]:
     logp = torch.log_softmax(logits[rows, cols].float(), -1)
     at, tokens = torch.tensor(reads, device=logits.device).T
     return logp[at, tokens].tolist()
-
-
-def _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, start):
-    """The KV cache of each row's shared prefix (one row per segment, ``shared[r]`` tokens):
-    the call's common start (``start``) copied to the rows, then the rest of each prefix
-    computed in one forward pass; None when there is no prefix at all."""
-    common, common_cache, common_adapters = start if start is not None else (0, None, None)
-    width_prefix = max(shared)
-    cache = None
-    if common:
-        cache = _rows_of(
-            common_cache, [common_adapters.index(a) for a in (rows_adapter or [None] * len(segments))]
-        )
-    if width_prefix > common:  # each row's prefix after the common start
-        ids = torch.full((len(segments), width_prefix - common), pad, dtype=torch.long)
-        mask = torch.zeros((len(segments), width_prefix), dtype=torch.long)
-        mask[:, :common] = 1
-        for r, (_, idx) in enumerate(segments):
-            s = shared[r]
-            ids[r, : s - common] = torch.tensor(prompts[idx[0]][common:s], dtype=torch.long)
-            mask[r, common : max(s, common + 1)] = 1  # a row without a prefix computes a token nobody sees
-        hooks = _adapter_hooks(rows_adapter, device)
-        cache = model(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            position_ids=torch.arange(common, width_prefix, device=device)[None].expand(len(segments), -1),
-            **{CACHE: cache},
-            use_cache=True,
-            logits_to_keep=1,
-            **hooks,
-        )[CACHE]
-    return cache
-
-
-def _request_rows(reqs, prompts, conts, shared, width_prefix, pad):
-    """One row per request (row r, request i) after its segment's prefix: the rest of its
-    prompt and every continuation's tokens but the last, as a tree; its ids, positions,
-    attention (to the ``width_prefix`` cached columns, then to its own), and where each
-    prediction is read (request -> (row, {(continuation, token): column}))."""
-    own = [_own_length(prompts[i], conts[i], shared[r]) for r, i in reqs]
-    width = max(own)
-    ids = torch.full((len(reqs), width), pad, dtype=torch.long)
-    pos = torch.zeros((len(reqs), width), dtype=torch.long)
-    attend = torch.zeros((len(reqs), width, width_prefix + width), dtype=torch.bool)
-    attend[:, :, width_prefix:] = torch.eye(width, dtype=torch.bool)  # padding sees itself: no empty row
-    wanted: dict[int, tuple[int, dict]] = {}
-    for q, (r, i) in enumerate(reqs):
-        s = shared[r]
-        rest = prompts[i][s:]
-        n = len(rest)
-        ids[q, :n] = torch.tensor(rest, dtype=torch.long)
-        pos[q, :n] = torch.arange(s, s + n)
-        attend[q, : own[q], :s] = True  # every token of the request sees the prefix
-        mine = slice(width_prefix, width_prefix + n)
-        attend[q, :n, mine] = torch.ones((n, n), dtype=torch.bool).tril()
-        where = {(-1, 0): n - 1}  # the last prompt token predicts every first token
-        col = n
-        for j, x in enumerate(conts[i]):
-            for k in range(len(x) - 1):
-                ids[q, col] = x[k]
-                pos[q, col] = len(prompts[i]) + k
-                attend[q, col, mine] = True
-                attend[q, col, width_prefix + col - k : width_prefix + col + 1] = True  # its own 0..k
-                where[(j, k)] = col
-                col += 1
-        wanted[i] = (q, where)
-    return ids, pos, attend, wanted
-
-
-def _cached_logprobs(
-    model, segments, prompts, conts, pad, device, names=None, start=None
-) -> dict[int, list[float]]:
-    """What :func:`_tree_logprobs` computes for a batch of rows, in two forward passes: each
-    row's shared prefix once (a KV cache, one row per segment), then one row per request: the
-    rest of its prompt and every continuation's tokens but the last, attending to its
-    segment's cached prefix and, as a tree, to its own earlier tokens (a continuation token to
-    the prompt and its own continuation's earlier tokens). The same tokens are computed, but
-    attention is paid per request (its tokens x prefix and own tokens) instead of per row
-    (the row's tokens squared, most of it masked): on the pairwise judge requests of SPPO,
-    23.6M query-key pairs of a batch's rows become 4.7M. Position ids are each request's
-    own; padding rows see themselves only. ``start`` (:func:`_common_start`): the call's
-    common start, already in a cache, which every row extends instead of computing it again."""
-    reqs = [(r, i) for r, (_, idx) in enumerate(segments) for i in idx]
-    common = start[0] if start is not None else 0
-    shared = [max(seg[0], common) for seg in segments]  # a row of one request starts after the common start
-    width_prefix = max(shared)
-    rows_adapter = [names[idx[0]] for _, idx in segments] if names is not None else None
-    cache = _prefix_cache(model, segments, prompts, shared, rows_adapter, pad, device, start)
-    if cache is not None:
-        cache.batch_select_indices(torch.tensor([r for r, _ in reqs], device=device))
-    ids, pos, attend, wanted = _request_rows(reqs, prompts, conts, shared, width_prefix, pad)
-    keep = sorted({c for _, where in wanted.values() for c in where.values()})
-    hooks = _adapter_hooks([rows_adapter[r] for r, _ in reqs] if names is not None else None, device)
-    logits = model(
-        input_ids=ids.to(device),
-        attention_mask=attend[:, None].to(device),
-        position_ids=pos.to(device),
-        **{CACHE: cache},
-        use_cache=cache is not None,
-        logits_to_keep=torch.tensor(keep, device=device),
-        **hooks,
-    ).logits  # (requests, len(keep), vocab)
-    return _continuation_scores(logits, keep, wanted, conts)

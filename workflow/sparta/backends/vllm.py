@@ -2,17 +2,32 @@
 
 Prompts arrive as token ids, made with the same chat template and tokenizer as for the
 Hugging Face backend, so both see identical inputs, and answers come back as token ids that
-sparta decodes itself (``detokenize=False``). Each request gets its own seed (derived from the
-call's seed and the prompt's position), so a rerun of the same job samples the same answers;
-vLLM does not promise that an answer is the same whatever else shares its batch unless its
+sparta decodes itself (``detokenize=False``).
+
+Sampling: each request gets its own seed (derived from the call's seed and the prompt's
+position), so a rerun of the same job samples the same answers. On vLLM's V2 model runner (its
+default where the engine's features allow, and for every engine sparta starts) a seeded request
+costs nothing per row: the sampler draws every row's Gumbel noise in one kernel from the row's
+(seed, position), so the draws of an answer do not depend on what else shares its batch. Its
+logits may: vLLM does not promise the same numbers whatever shares a batch unless its
 batch-invariant mode is on (``vllm.batch_invariant``), so a table may differ between fan-outs.
+On the older V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``) seeded rows are sampled one by one.
+
+Scoring (the judges' expected scores, multiple-choice evaluation): on the V2 runner a request
+names, for each position of the continuation, the one token to score
+(``prompt_logprob_token_ids`` from row ``prompt_logprob_start``), so vLLM computes only the
+continuation's log-probabilities, as numbers, with no top-k and nothing detokenized; on V1 it
+asks for every prompt position's (``prompt_logprobs=1``). Identical requests are sent once. The
+prompt a request scores is not read from vLLM's prefix cache: vLLM skips the cache for requests
+that score prompt positions (a cached position is not computed, so its score would be missing);
+generation requests share their prompts through it (``vllm.enable_prefix_caching``).
 
 vLLM is imported only here. It runs in the GPU environment ``envs/vllm.yaml``, which Snakemake
 builds and activates for every model rule with ``--software-deployment-method conda`` (the
 Slurm profile's default). Before vLLM is imported, its FlashInfer sampler is turned off
 (``VLLM_USE_FLASHINFER_SAMPLER=0``, unless set): its warm-up compiles CUDA code with ``nvcc``,
-which fails on nodes without a matching CUDA toolkit, and sparta never needs it (every
-request carries a seed, which puts vLLM's sampler on its per-request path anyway).
+which fails on nodes without a matching CUDA toolkit, and sparta never needs it (seeded
+requests never take it).
 """
 
 from __future__ import annotations
@@ -20,6 +35,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+
+import numpy as np
 
 from ..chat import stop_token_ids
 from ..members import MemberSpec, check_adapter_folder, local_folder
@@ -131,20 +148,45 @@ def sampling_params(sampling: Sampling, seed: int, stops: list[int]):
     )
 
 
-def scoring_params():
-    """``vllm.SamplingParams`` that return each prompt token's log-probability (the one
-    generated token is thrown away)."""
+def scoring_params(ids: list[int], start: int, by_token_ids: bool):
+    """``vllm.SamplingParams`` for the log-probability of ``ids[start:]`` given
+    ``ids[:start]`` (``start >= 1``; the one generated token is thrown away). ``by_token_ids``
+    (the V2 model runner): ``prompt_logprob_token_ids`` holds one token per scored row, row
+    ``i`` predicting prompt token ``prompt_logprob_start + i + 1``, so the rows start at
+    ``start - 1`` and there are ``len(ids) - start`` of them; otherwise every prompt position's
+    log-probability (``prompt_logprobs``: the prompt's own token always among them)."""
     from vllm import SamplingParams
 
+    if by_token_ids:
+        return SamplingParams(
+            max_tokens=1,
+            temperature=0.0,
+            detokenize=False,
+            prompt_logprob_token_ids=[[t] for t in ids[start:]],
+            prompt_logprob_start=start - 1,
+        )
     return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
 
 
 def summed_logprob(output, ids: list[int], start: int) -> float:
     """The log-probability of ``ids[start:]`` given ``ids[:start]``, from a ``RequestOutput``
-    of :func:`scoring_params` (``prompt_logprobs``: per position a dict token id ->
-    ``Logprob``, the prompt's own token always among them)."""
+    of :func:`scoring_params`: its ``prompt_token_id_logprobs`` (one column, a row per
+    continuation token) or its ``prompt_logprobs`` (per position a dict token id ->
+    ``Logprob``)."""
+    scores = getattr(output, "prompt_token_id_logprobs", None)
+    if scores is not None:
+        return float(np.asarray(scores, dtype=np.float64)[:, 0].sum())
     lps = output.prompt_logprobs
+    if lps is None:
+        raise RuntimeError(f"vLLM returned no log-probabilities for scoring request {output.request_id}")
     return sum(lps[k][ids[k]].logprob for k in range(start, len(ids)))
+
+
+def uses_v2_runner(llm) -> bool:
+    """Whether ``llm`` (a ``vllm.LLM``) runs vLLM's V2 model runner: batched seeded sampling
+    and ``prompt_logprob_token_ids`` scoring."""
+    config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+    return bool(getattr(config, "use_v2_model_runner", False))
 
 
 def lora_request(name: str, int_id: int, folder: str):
@@ -168,6 +210,14 @@ class VLLMEngine:
         kwargs = engine_kwargs(base, adapters, options, dtype, seed)
         log.info("starting vLLM on %s with %d LoRA adapter(s): %s", base, len(adapters), kwargs)
         self.llm = vllm.LLM(**kwargs)
+        self.v2 = uses_v2_runner(self.llm)
+        if self.v2:
+            log.info("vLLM V2 model runner: seeded sampling in one kernel, only the continuation scored")
+        else:
+            log.warning(
+                "vLLM runs its V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0 or a feature V2 lacks): "
+                "seeded requests are sampled row by row and scoring asks for every prompt position"
+            )
 
     def _lora(self, spec: MemberSpec):
         if spec.adapter is None:
@@ -190,19 +240,28 @@ class VLLMEngine:
         ]
 
     def continuation_logprobs(self, members, prompts, conts) -> list[list[float]]:
-        """Prompt log-probabilities of prompt + continuation, summed over the continuation."""
-        flat = [(i, p + c, len(p)) for i, (p, row) in enumerate(zip(prompts, conts)) for c in row]
-        if not flat:
-            return [[] for _ in prompts]
-        outs = self.llm.generate(
-            [{"prompt_token_ids": ids} for _, ids, _ in flat],
-            scoring_params(),
-            lora_request=[self._lora(members[i]) for i, _, _ in flat],
-            use_tqdm=True,
-        )
+        """Prompt log-probabilities of prompt + continuation, summed over the continuation
+        (0 for an empty one, which needs no request); identical requests sent once."""
+        flat = [(i, list(p) + list(c), len(p)) for i, (p, row) in enumerate(zip(prompts, conts)) for c in row]
         result: list[list[float]] = [[] for _ in prompts]
-        for (i, ids, start), out in zip(flat, outs):
-            result[i].append(summed_logprob(out, ids, start))
+        asked: dict[tuple, int] = {}  # (adapter, tokens, start) -> index in the requests
+        requests, params, loras, order = [], [], [], []
+        for i, ids, start in flat:
+            if start < 1:
+                raise ValueError("a scored continuation needs a prompt of at least one token")
+            if len(ids) == start:
+                order.append(None)
+                continue
+            key = (members[i].adapter, tuple(ids), start)
+            if key not in asked:
+                asked[key] = len(requests)
+                requests.append({"prompt_token_ids": ids})
+                params.append(scoring_params(ids, start, self.v2))
+                loras.append(self._lora(members[i]))
+            order.append(asked[key])
+        outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True) if requests else []
+        for (i, ids, start), k in zip(flat, order):
+            result[i].append(0.0 if k is None else summed_logprob(outs[k], ids, start))
         return result
 
 
