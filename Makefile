@@ -1,4 +1,4 @@
-# Development tasks. `make test` is the fast tier (pure logic and tiny models, under 3 minutes
+# Development tasks. `make test` is the fast tier (pure logic and tiny models, about a minute
 # on 2 cores); `make test-all` is the full suite that CI runs (the README's test command).
 PY ?= python
 

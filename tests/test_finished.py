@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from sparta import finished, layout
@@ -128,6 +129,7 @@ def test_replace_finished_given_on_the_command_line_is_read_as_a_boolean():
     assert finished.read_switch({"replace_finished": "maybe"}) == {"replace_finished": "maybe"}
 
 
+@pytest.mark.slow
 def test_a_dry_run_over_a_finished_run_with_other_settings_stops_naming_the_key(tiny_base, tmp_path):
     work = tmp_path / "work"
     same = write_config(tmp_path / "same", tiny_config(tiny_base))

@@ -141,6 +141,7 @@ def test_a_missing_id_stops_the_config_check_with_the_command(offline, tmp_path)
     assert "hf download sparta-test/absent --revision v2" in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_run_with_members_by_hub_id(offline, tmp_path):
     """Members by hub id run offline: the manifest first, member.json keeps the ids, every
     model job resolves them to the cached snapshots; export names the hub id as the base."""
@@ -272,6 +273,7 @@ def test_a_dataset_downloads_into_the_manifest_and_loads_a_split(offline, tmp_pa
         hub.load_split(DATASET, "nope", "test", path)
 
 
+@pytest.mark.slow
 def test_prompts_and_a_task_from_a_hub_dataset_the_paper_s_way(offline, tmp_path):
     """X is the dataset's train split, all of it; the task is its test split halved into
     validation and test with the seed: rule hub_download, then rule hub_dataset writes each

@@ -122,6 +122,7 @@ def _mini(tmp_path, *extra):
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_deleted_shared_base_is_rebuilt_and_retrains_nothing_with_the_same_bytes(tmp_path):
     _mini(tmp_path)
     work = tmp_path / "work"

@@ -102,6 +102,7 @@ def _finish(tmp: Path, run: str, proc: subprocess.Popen) -> str:
     return out
 
 
+@pytest.mark.slow
 def test_runs_side_by_side_keep_their_locks_and_a_second_one_is_refused(tmp_path, start):
     work = tmp_path / "work"
     alpha, beta = start("alpha"), start("beta")

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from sparta.engine.planning import CHECK_VARIABLE
 
 from .test_study import study_config
@@ -31,6 +33,7 @@ def _plan(workdir, configfile, env=None):
     return proc, counts, outputs
 
 
+@pytest.mark.slow
 def test_the_suffix_index_finds_snakemake_s_producers_for_every_file(tmp_path, tiny_base):
     """A study with three pools (the shared initial pool, the experiments' and another), an
     experiment of two rounds per iteration beside runs of one, under fanout pool and member:

@@ -241,6 +241,7 @@ def test_a_prompt_longer_than_the_context_is_skipped_or_stops_before_any_job(tin
     assert plain.notes == ()  # short prompts: no tokenizer loaded, nothing said
 
 
+@pytest.mark.slow
 def test_split_prompts_leaves_out_a_prompt_longer_than_the_context(tiny_base, tmp_path):
     from .workflow_helpers import run_snakemake, write_config
 
