@@ -3,6 +3,7 @@
 installed."""
 
 import importlib.util
+import itertools
 
 import pandas as pd
 import pytest
@@ -55,23 +56,15 @@ def test_default_pool_runs_one_iteration(default_run):
 
 
 def test_initial_members_answer_differently_at_temperature_zero(default_run):
-    from sparta.backends.hf import generate
-    from sparta.chat import chat_ids
-    from sparta.members import MemberSpec
-    from sparta.models import MemberLoader
-    from sparta.settings import Sampling
-
-    loader = MemberLoader("cpu", "float32")
-    prompts = ["What is 7 + 6?", "What is 9 * 4?", "Ana has 12 coins and gives away 5. How many are left?"]
-    answers = {}
-    for m in ("adder", "subtractor", "multiplier", "storyteller"):
-        spec = MemberSpec.read(default_run / f"iter_0/members/{m}/member.json")
-        model, tok = loader.load(spec), loader.tokenizer(spec)
-        texts = [chat_ids(tok, p, "You are a helpful AI assistant.") for p in prompts]
-        answers[m] = [
-            g.text for g in generate(model, tok, texts, Sampling.greedy_decoding(24), [0] * len(texts))
-        ]
-    for i in range(len(prompts)):
-        assert len({a[i] for a in answers.values()}) > 1, (
-            f"all members gave the same answer to {prompts[i]!r}"
-        )
+    """The SFT made four different members: in the run's own evaluation of the initial pool
+    (checkpoint 0: every member's greedy answer to the same held-out questions, through its
+    chat template), no two members answer every question alike, and the pool disagrees on at
+    least half of the questions."""
+    answers = read_all(default_run, "evaluation/checkpoint_0/*.parquet")
+    table = answers.pivot(index=["split", "example_id"], columns="member", values="prediction")
+    assert sorted(table.columns) == ["adder", "multiplier", "storyteller", "subtractor"]
+    assert len(table) >= 8
+    for a, b in itertools.combinations(table.columns, 2):
+        assert (table[a] != table[b]).any(), f"{a} and {b} gave the same answer to every question"
+    disputed = table.nunique(axis=1) > 1
+    assert disputed.mean() >= 0.5, f"the members agree on {(~disputed).sum()} of {len(table)} questions"

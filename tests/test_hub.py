@@ -141,47 +141,6 @@ def test_a_missing_id_stops_the_config_check_with_the_command(offline, tmp_path)
     assert "hf download sparta-test/absent --revision v2" in str(e.value)
 
 
-@pytest.mark.slow
-def test_a_run_with_members_by_hub_id(offline, tmp_path):
-    """Members by hub id run offline: the manifest first, member.json keeps the ids, every
-    model job resolves them to the cached snapshots; export names the hub id as the base."""
-    cfg = tiny_config(
-        tmp_path,
-        "hub",
-        iterations=1,
-        base_models={"tiny": {"path": f"hf://{MODEL}"}},
-        members=[
-            {"name": "ann", "base": "tiny", "adapter": f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"},
-            {"name": "bob", "base": f"hf://{MODEL}"},
-            {"name": "cid", "base": "tiny"},
-        ],
-        prompts={"per_iteration": 4},
-        evaluation={"enabled": False},
-        analysis={"enabled": False},
-    )
-    work = tmp_path / "work"
-    run_snakemake(work, write_config(tmp_path, cfg))
-    manifest = pd.read_parquet(work / "results" / "_hub" / "manifest.parquet")
-    assert sorted(manifest["id"]) == sorted([f"hf://{MODEL}", f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"])
-    assert set(manifest["commit"]) == {COMMITS[MODEL], COMMITS[ADAPTER]}
-    run = work / "results" / "hub"
-    first = json.loads((run / "iter_0/members/ann/member.json").read_text())
-    assert first == {"name": "ann", "base": f"hf://{MODEL}", "adapter": f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"}
-    after = MemberSpec.read(run / "iter_1/members/ann/member.json")
-    assert after.base == f"hf://{MODEL}" and (run / "iter_1/members/ann/adapter").is_dir()
-    assert (run / "final_state.parquet").is_file()
-
-    from sparta.export import export
-
-    record = export(run, tmp_path / "exported", member="ann", iteration=1)
-    assert record["base_model_name_or_path"] == MODEL
-    written = yaml.safe_load((tmp_path / "exported" / "sparta_export.yaml").read_text())
-    assert written["base_id"] == MODEL and written["base_provenance"]["id"] == MODEL
-    assert f"the hub model `{MODEL}`" in (tmp_path / "exported" / "README.md").read_text()
-    config = json.loads((tmp_path / "exported" / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == MODEL
-
-
 def test_export_takes_a_hub_base_for_a_run_whose_base_is_gone(offline, tmp_path):
     """`sparta export --base ORG/NAME`: a run folder whose member.json names a base folder that
     is nowhere exports on the hub model, found in the Hugging Face cache, and names it."""
@@ -336,22 +295,21 @@ def test_the_dataset_keys_leave_a_finished_run_s_job_params_as_they_were():
     assert (with_dataset["dataset"], with_dataset["config"]) == (DATASET, "main")
 
 
-@pytest.mark.slow
-def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, tmp_path):
-    """study.tasks, as the paper aligns once per task: every experiment runs once per task
-    (X = the task's prompts: a hub dataset's train split for one, a local file for the
-    other); the initial pool (its SFT) is built once per seed and shared by both tasks, the
-    prompt splits and the pool's evaluation once per task; comparison rows per task. One member
-    with SFT (ann): one SFT job per seed, not one per task, shows the pool shared."""
+@pytest.fixture(scope="module")
+def tasks_study(hf_home, tmp_path_factory):
+    """A study with two tasks on a pool by hub id, run offline: the tiny base is a hub id, bob
+    adds an adapter by hub id at a commit, cid names the hub id as its base; ann is trained
+    (SFT) on the hub base. Returns the folder, the config and the plans made before the run."""
+    tmp = tmp_path_factory.mktemp("tasks_study")
     cfg = tiny_config(
-        tmp_path,
+        tmp,
         "tasks-study",
         iterations=1,
         base_models={"tiny": {"path": f"hf://{MODEL}"}},
         members=[
             {"name": "ann", "base": "tiny", "sft_domain": "addition"},
-            {"name": "bob", "base": "tiny"},
-            {"name": "cid", "base": "tiny"},
+            {"name": "bob", "base": "tiny", "adapter": f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"},
+            {"name": "cid", "base": f"hf://{MODEL}"},
         ],
         prompts={"per_iteration": 4},
         evaluation={"checkpoints": "final", "select_from": "final"},
@@ -359,26 +317,44 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     )
     tinymath = {"prompts": TINYMATH_PROMPTS, "evaluation": {"tasks": [{**TINYMATH_TASK, "max_examples": 4}]}}
     cfg["study"] = {"seeds": [1], "experiments": {"sparta": {}}, "tasks": {"tinymath": tinymath, "arith": {}}}
-    work, config = tmp_path / "work", write_config(tmp_path, cfg)
-    plan = run_snakemake(work, config, "-n", "--quiet", "rules")
-    jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", plan.stdout, re.M)}
+    work, config = tmp / "work", write_config(tmp, cfg)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_HOME", str(hf_home))
+        env.setenv("HF_HUB_CACHE", str(hf_home / "hub"))
+        env.setenv("HF_HUB_OFFLINE", "1")
+        plan = run_snakemake(work, config, "-n", "--quiet", "rules")
+        # study.experiment_tasks: an ablation on one of the two tasks only (as the paper's Table 3)
+        subset = {
+            **cfg,
+            "study": {
+                **cfg["study"],
+                "experiments": {"sparta": {}, "no_updates": {"reputation": {"updates": False}}},
+            },
+        }
+        subset["study"]["experiment_tasks"] = {"no_updates": ["arith"]}
+        sub_config = write_config(tmp / "subset", subset)
+        sub_plan = run_snakemake(tmp / "subset-work", sub_config, "-n", "-q", "rules")
+        run_snakemake(work, config, timeout=2400)
+    return tmp, work, plan, sub_plan
+
+
+def _job_counts(plan) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", plan.stdout, re.M)}
+
+
+@pytest.mark.slow
+def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(tasks_study):
+    """study.tasks, as the paper aligns once per task: every experiment runs once per task
+    (X = the task's prompts: a hub dataset's train split for one, a local file for the
+    other); the initial pool (its SFT) is built once per seed and shared by both tasks, the
+    prompt splits and the pool's evaluation once per task; comparison rows per task. One member
+    with SFT (ann): one SFT job per seed, not one per task, shows the pool shared."""
+    _, work, plan, sub_plan = tasks_study
+    jobs = _job_counts(plan)
     assert jobs["sft_member"] == 1 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
     assert jobs["hub_dataset"] == 2 and jobs["compare"] == 1  # the dataset's train and test splits
-    # study.experiment_tasks: an ablation on one of the two tasks only (as the paper's Table 3)
-    subset = {
-        **cfg,
-        "study": {
-            **cfg["study"],
-            "experiments": {"sparta": {}, "no_updates": {"reputation": {"updates": False}}},
-        },
-    }
-    subset["study"]["experiment_tasks"] = {"no_updates": ["arith"]}
-    sub_plan = run_snakemake(
-        tmp_path / "subset-work", write_config(tmp_path / "subset", subset), "-n", "-q", "rules"
-    )
-    sub_jobs = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", sub_plan.stdout, re.M)}
+    sub_jobs = _job_counts(sub_plan)
     assert sub_jobs["dpo"] == 3 and sub_jobs["finalize"] == 3 and sub_jobs["sft_member"] == 1
-    run_snakemake(work, config, timeout=2400)
     out = work / "results" / "tasks-study"
     pool, other = out / "tinymath" / "_init-seed1", out / "arith" / "_init-seed1"
     assert (pool / "iter_0/members/ann/adapter/adapter_model.safetensors").is_file()
@@ -393,6 +369,36 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(offline, t
     assert set(comparison["task"]) == {"tinymath", "arith"}
     rows = comparison.groupby("task")["experiment"].apply(sorted).tolist()
     assert rows == [["best init", "sparta"]] * 2
+
+
+@pytest.mark.slow
+def test_a_run_with_members_by_hub_id(tasks_study, offline, tmp_path):
+    """Members by hub id run offline (the study above): the manifest first, member.json keeps
+    the ids, every model job resolves them to the cached snapshots; export names the hub id as
+    the base."""
+    _, work, _, _ = tasks_study
+    manifest = pd.read_parquet(work / "results" / "_hub" / "manifest.parquet").set_index("id")
+    pinned = f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"
+    assert set(manifest.index) == {f"hf://{MODEL}", pinned, f"hf://datasets/{DATASET}"}
+    assert manifest.loc[f"hf://{MODEL}", "commit"] == COMMITS[MODEL]
+    assert manifest.loc[pinned, "commit"] == COMMITS[ADAPTER]
+    out = work / "results" / "tasks-study" / "tinymath"
+    first = json.loads((out / "_init-seed1/iter_0/members/bob/member.json").read_text())
+    assert first == {"name": "bob", "base": f"hf://{MODEL}", "adapter": pinned}
+    assert MemberSpec.read(out / "_init-seed1/iter_0/members/cid/member.json").base == f"hf://{MODEL}"
+    run = out / "sparta-seed1"
+    after = MemberSpec.read(run / "iter_1/members/bob/member.json")
+    assert after.base == f"hf://{MODEL}" and (run / "iter_1/members/bob/adapter").is_dir()
+
+    from sparta.export import export
+
+    record = export(run, tmp_path / "exported", member="bob", iteration=1)
+    assert record["base_model_name_or_path"] == MODEL
+    written = yaml.safe_load((tmp_path / "exported" / "sparta_export.yaml").read_text())
+    assert written["base_id"] == MODEL and written["base_provenance"]["id"] == MODEL
+    assert f"the hub model `{MODEL}`" in (tmp_path / "exported" / "README.md").read_text()
+    config = json.loads((tmp_path / "exported" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == MODEL
 
 
 def gsm8k_test_file():
