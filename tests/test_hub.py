@@ -67,11 +67,16 @@ def write_dataset_repo(folder):
         (folder / "main" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def hub_offline_env(patch: pytest.MonkeyPatch, home) -> None:
+    """The environment of a machine with no network and ``home`` as its Hugging Face cache."""
+    patch.setenv("HF_HOME", str(home))
+    patch.setenv("HF_HUB_CACHE", str(home / "hub"))
+    patch.setenv("HF_HUB_OFFLINE", "1")
+
+
 @pytest.fixture
 def offline(hf_home, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(hf_home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(hf_home / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline_env(monkeypatch, hf_home)
     monkeypatch.setattr(hub, "USER_OFFLINE", True)
     return hf_home
 
@@ -299,7 +304,8 @@ def test_the_dataset_keys_leave_a_finished_run_s_job_params_as_they_were():
 def tasks_study(hf_home, tmp_path_factory):
     """A study with two tasks on a pool by hub id, run offline: the tiny base is a hub id, bob
     adds an adapter by hub id at a commit, cid names the hub id as its base; ann is trained
-    (SFT) on the hub base. Returns the folder, the config and the plans made before the run."""
+    (SFT) on the hub base. Returns the working folder and the two plans made before the run
+    (the study's, and one with an ablation on one task only)."""
     tmp = tmp_path_factory.mktemp("tasks_study")
     cfg = tiny_config(
         tmp,
@@ -319,9 +325,7 @@ def tasks_study(hf_home, tmp_path_factory):
     cfg["study"] = {"seeds": [1], "experiments": {"sparta": {}}, "tasks": {"tinymath": tinymath, "arith": {}}}
     work, config = tmp / "work", write_config(tmp, cfg)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("HF_HOME", str(hf_home))
-        env.setenv("HF_HUB_CACHE", str(hf_home / "hub"))
-        env.setenv("HF_HUB_OFFLINE", "1")
+        hub_offline_env(env, hf_home)
         plan = run_snakemake(work, config, "-n", "--quiet", "rules")
         # study.experiment_tasks: an ablation on one of the two tasks only (as the paper's Table 3)
         subset = {
@@ -335,7 +339,7 @@ def tasks_study(hf_home, tmp_path_factory):
         sub_config = write_config(tmp / "subset", subset)
         sub_plan = run_snakemake(tmp / "subset-work", sub_config, "-n", "-q", "rules")
         run_snakemake(work, config, timeout=2400)
-    return tmp, work, plan, sub_plan
+    return work, plan, sub_plan
 
 
 def _job_counts(plan) -> dict[str, int]:
@@ -349,7 +353,7 @@ def test_a_study_with_two_tasks_shares_the_pool_and_compares_per_task(tasks_stud
     other); the initial pool (its SFT) is built once per seed and shared by both tasks, the
     prompt splits and the pool's evaluation once per task; comparison rows per task. One member
     with SFT (ann): one SFT job per seed, not one per task, shows the pool shared."""
-    _, work, plan, sub_plan = tasks_study
+    work, plan, sub_plan = tasks_study
     jobs = _job_counts(plan)
     assert jobs["sft_member"] == 1 and jobs["split_prompts"] == 2  # SFT once per seed, splits per task
     assert jobs["hub_dataset"] == 2 and jobs["compare"] == 1  # the dataset's train and test splits
@@ -376,7 +380,7 @@ def test_a_run_with_members_by_hub_id(tasks_study, offline, tmp_path):
     """Members by hub id run offline (the study above): the manifest first, member.json keeps
     the ids, every model job resolves them to the cached snapshots; export names the hub id as
     the base."""
-    _, work, _, _ = tasks_study
+    work, _, _ = tasks_study
     manifest = pd.read_parquet(work / "results" / "_hub" / "manifest.parquet").set_index("id")
     pinned = f"hf://{ADAPTER}@{COMMITS[ADAPTER]}"
     assert set(manifest.index) == {f"hf://{MODEL}", pinned, f"hf://datasets/{DATASET}"}
