@@ -13,6 +13,7 @@ from sparta import config as sparta_config
 from sparta import engine
 from sparta import finished
 from sparta import layout
+from sparta import slurm
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
 
@@ -600,27 +601,26 @@ def model_threads(stage, fanout=FANOUT):
 LOCAL_CUDA = sparta_config.local_cuda(WIDE)
 
 
-# Cluster resources of a model stage: settings resources.<stage>, runtime and memory grow
-# with the attempt so a retry after a Slurm time or memory limit asks for more. Account and
-# partition come from the environment when set (or from the profile's default-resources).
+# Cluster resources of a model stage: settings resources.<stage>; runtime and memory grow
+# with the attempt so a retry after a Slurm time or memory limit asks for more, within the
+# partition's limits (sparta/slurm.py: SPARTA_SLURM_MAX_RUNTIME / _MAX_MEM_MB, else scontrol).
+# Account and partition come from the environment when set (or the profile's default-resources):
+# SPARTA_SLURM_PARTITION for jobs with GPUs, SPARTA_SLURM_CPU_PARTITION for those without.
+ASK_SLURM = workflow.is_main_process and workflow.non_local_exec and not workflow.dryrun
+
+
+def slurm_job(name, gpu, mem_mb, runtime):
+    try:
+        return slurm.job_resources(name, gpu, mem_mb, runtime, ask_slurm=ASK_SLURM)
+    except slurm.LimitError as e:
+        raise WorkflowError(str(e)) from None
 
 
 def stage_resources(stage):
     r = getattr(WIDE.resources, stage)
-    res = dict(
-        gpu=r.gpu,
-        mem_mb=lambda wc, attempt: int(r.mem_mb * (1 + 0.5 * (attempt - 1))),
-        runtime=lambda wc, attempt: r.runtime * attempt,
-    )
+    res = dict(gpu=r.gpu, **slurm_job(f"resources.{stage}", r.gpu, r.mem_mb, r.runtime))
     if r.gpu:
         res["cpus_per_gpu"] = r.cpus_per_gpu
-    # optional settings from the environment (slurm/config.yaml); gpu_model: e.g. a100, a GPU with bf16
-    optional = [("slurm_account", "SPARTA_SLURM_ACCOUNT"), ("slurm_partition", "SPARTA_SLURM_PARTITION")]
-    if r.gpu:
-        optional.append(("gpu_model", "SPARTA_SLURM_GPU_MODEL"))
-    for key, var in optional:
-        if os.environ.get(var):
-            res[key] = os.environ[var]
     return res
 
 

@@ -57,8 +57,7 @@ rule hub_download:
     log:
         layout.hub_log(),
     localrule: True
-    conda:
-        MODEL_ENV  # huggingface_hub and PEFT
+    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
     script:
         "../workflow/scripts/hub_download.py"
 
@@ -78,8 +77,7 @@ rule hub_dataset:
     wildcard_constraints:
         dataset=alternatives(HUB_DATASETS),
     localrule: True
-    conda:
-        MODEL_ENV  # datasets
+    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
     script:
         "../workflow/scripts/hub_dataset.py"
 

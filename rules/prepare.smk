@@ -39,7 +39,6 @@ rule split_prompts:
     log:
         layout.log("{exp}", "split_prompts"),
     localrule: True
-    conda:
-        MODEL_ENV  # the bases' tokenizers count the prompts
+    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
     script:
         "../workflow/scripts/split_prompts.py"

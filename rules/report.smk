@@ -56,8 +56,7 @@ rule analyze:
     benchmark:
         layout.benchmark("{exp}", "analyze")
     resources:
-        mem_mb=8000,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **slurm_job("rule analyze", 0, 8000, 60),
     conda:
         MODEL_ENV
     script:

@@ -188,7 +188,7 @@ WORLD_CASES = [
     ),
     ({"evaluation": {"judge": {"base": "/no/judge"}}}, "evaluation.judge.base"),
     ({"evaluation": {"tasks": [{"name": "gsm", "file": "/no/gsm.jsonl"}]}}, "does not exist"),
-    ({"backend": "vllm", "device": "cpu"}, "backend: vllm runs on CUDA GPUs only"),
+    ({"backend": "vllm", "device": "cpu", "vllm": {"tensor_parallel_size": 2}}, "but device is cpu"),
     (
         {"members": [{"name": n, "base": "tiny", "adapter": "WORLD/gpt2_targets"} for n in "abc"]},
         "gpt2_targets/adapter_config.json targets ['c_attn', 'c_proj'], which",

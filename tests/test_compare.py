@@ -4,6 +4,8 @@ seed-level interval, the minimum detectable difference, best init per run (a poo
 experiment listed first or last gives the same table), checkpoint selection from every
 checkpoint or the final ones; and what a study shares per seed."""
 
+import itertools
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +95,7 @@ def test_the_star_marks_the_holm_adjusted_p_only():
     text = compare.format_table(table)
     assert "*" not in text.split("brackets")[0]  # no star in the table itself
     assert "Holm family: 3 comparisons" in text
+    assert "not Holm-adjusted (only the p behind * is)" in text  # the brackets are not adjusted
     # a clear effect stays significant after the adjustment
     evaluations["s/sparta-seed1"] = evaluation("a", 1, ones(9, n), ones(12, n))
     t = by_name(compare.comparison(runs, evaluations, None, {1: initial}, 5_000))
@@ -140,6 +143,34 @@ def test_the_item_level_p_is_exact_at_small_counts():
     x = np.random.default_rng(0).normal(0.05, 1.0, 400)
     z = abs(x.sum()) / np.sqrt((x**2).sum())
     assert compare.paired_test([x], replicates=20_000) == pytest.approx(2 * stats.norm.sf(z), abs=0.02)
+
+
+def sign_flip_p(diffs_by_seed: list[np.ndarray]) -> Fraction:
+    """The sign-flip p by brute force, in exact rational arithmetic: every one of the 2^n sign
+    patterns of the nonzero weighted differences (the scores read as the decimals they print)."""
+    k = len(diffs_by_seed)
+    weighted = [Fraction(str(float(x))) / (k * len(d)) for d in diffs_by_seed for x in d if x]
+    observed = abs(sum(weighted))
+    patterns = itertools.product((1, -1), repeat=len(weighted))
+    extreme = sum(abs(sum(s * w for s, w in zip(signs, weighted))) >= observed for signs in patterns)
+    return Fraction(extreme, 2 ** len(weighted))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_exact_p_is_exact_for_any_scores(seed):
+    """Non-dyadic scores (3 decimals, some repeated, some 0) of 3 to 11 items over 1 to 3
+    seeds of unequal sizes: the p is the brute-force enumeration's, ties included. Five
+    distinct positive magnitudes: only all-plus and all-minus are as extreme, p = 2/32 (the
+    9-decimal rounding of each step once lost the observed pattern itself, p = 0)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 12))
+    pool = rng.integers(-1999, 2000, n if seed % 2 else 3) / 1000
+    items = rng.choice(np.append(pool, 0.0), n)
+    cuts = sorted(rng.choice(np.arange(1, n), int(rng.integers(0, 3)), replace=False))
+    diffs = np.split(items, cuts)
+    assert compare.paired_test(diffs) == pytest.approx(float(sign_flip_p(diffs)), abs=1e-12)
+    five = np.array([1.617, 1.709, 0.675, 1.536, 0.464])
+    assert compare.paired_test([five]) == pytest.approx(0.0625, abs=1e-12)
 
 
 def test_the_seed_level_p_is_never_0():

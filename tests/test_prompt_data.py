@@ -188,6 +188,9 @@ def test_the_checks_report_prompts_written_twice(tiny_base, tmp_path):
         f"prompt file {path}: 20 prompt(s) written more than once (such as 'Question 0?', 2 times); "
         "each stays in one split with its copies",
     )
+    cfg["prompts"]["per_iteration"] = 41  # evaluation off: every row is for alignment
+    sparta_config.load_study(copy.deepcopy(cfg), REPO)
+    cfg["evaluation"] = {"enabled": True, "tasks": []}
     cfg["prompts"]["per_iteration"] = 30  # 13 of the 21 distinct prompts: at most 26 rows
     with pytest.raises(sparta_config.ConfigError, match=r"prompts.per_iteration \(30\) is larger"):
         sparta_config.load_study(copy.deepcopy(cfg), REPO)
@@ -270,8 +273,8 @@ def test_prompts_where_keeps_the_matching_rows(tiny_base, tmp_path):
     }
     cfg = tiny_config(tiny_base, prompts=prompts, evaluation={"enabled": False}, analysis={"answer": None})
     sparta_config.load(copy.deepcopy(cfg), REPO)
-    cfg["prompts"]["per_iteration"] = 10  # 12 rows of level 3: 8 left for alignment
-    with pytest.raises(sparta_config.ConfigError, match=r"alignment split \(8 of 12 prompts"):
+    cfg["prompts"]["per_iteration"] = 13  # 12 rows of level 3, all for alignment (evaluation off)
+    with pytest.raises(sparta_config.ConfigError, match=r"alignment split \(12 of 12 prompts"):
         sparta_config.load(copy.deepcopy(cfg), REPO)
     cfg["prompts"]["where"] = {"grade": "A"}
     with pytest.raises(sparta_config.ConfigError, match="no column 'grade'"):
@@ -354,3 +357,21 @@ def test_medqa_alignment_prompts_list_the_options_as_evaluation_does(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(PromptFileError, match="cannot be filled from row 2"):
         read_prompt_file(path, *cols, template=p["prompt_template"])
+
+
+def test_with_evaluation_off_no_prompt_is_held_out(tiny_base, tmp_path):
+    """The README's own pool: 1,000 prompts, 1,000 a round, evaluation off. Nothing evaluates,
+    so nothing is held out; with evaluation on, 40% is (validation and test)."""
+    path = jsonl(tmp_path / "p.jsonl", *[{"instruction": f"Write about topic {i}."} for i in range(1000)])
+    prompts = {"file": path, "prompt_column": "instruction", "answer_column": None, "id_column": None}
+    cfg = tiny_config(
+        tiny_base,
+        prompts={**prompts, "per_iteration": 1000},
+        evaluation={"enabled": False},
+        analysis={"answer": None},
+    )
+    run = sparta_config.load(copy.deepcopy(cfg), REPO)
+    assert (run.prompts.validation, run.prompts.test) == (0.0, 0.0)
+    cfg["evaluation"] = {"enabled": True, "tasks": []}
+    with pytest.raises(sparta_config.ConfigError, match=r"alignment split \(600 of 1000 prompts"):
+        sparta_config.load(copy.deepcopy(cfg), REPO)

@@ -11,36 +11,41 @@ from sparta.members import MemberSpec
 from sparta.settings import job_settings
 from sparta.tasks import load_task
 
-sm = snakemake  # noqa: F821
-log = setup(sm.log[0], sm.threads)
-job = job_settings(sm)
-cfg, system = job.evaluation, job.runtime.system_prompt
-splits = {
-    "validation": tables.read(sm.input.validation, "prompts"),
-    "test": tables.read(sm.input.test, "prompts"),
-}
-tasks = [load_task(spec, splits, job.runtime.seed) for spec in cfg.tasks]
-specs, backend = served_members(sm, job)
-by_name = {s.name: s for s in specs}
-judge = None
-if cfg.judge is not None:
-    judge = backend.serve(MemberSpec("eval-judge", cfg.judge.base, cfg.judge.adapter))
+
+def main(sm):
+    log = setup(sm.log[0], sm.threads)
+    job = job_settings(sm)
+    cfg, system = job.evaluation, job.runtime.system_prompt
+    splits = {
+        "validation": tables.read(sm.input.validation, "prompts"),
+        "test": tables.read(sm.input.test, "prompts"),
+    }
+    tasks = [load_task(spec, splits, job.runtime.seed) for spec in cfg.tasks]
+    specs, backend = served_members(sm, job)
+    by_name = {s.name: s for s in specs}
+    judge = None
+    if cfg.judge is not None:
+        judge = backend.serve(MemberSpec("eval-judge", cfg.judge.base, cfg.judge.adapter))
+
+    def serve(names):
+        return backend.serve_each([by_name[n] for n in names])
+
+    frames = []
+    groups = [[specs[i].name for i in group] for group in by_base(specs)]  # one base: the same batches
+    for task in tasks:
+        result = evaluate_checkpoint(serve, groups, task, system, cfg.batch_size, judge, cfg.test)
+        frames.append(result)
+        means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
+        log.info("%s: %s", task.name, means)
+    rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
+    for spec, path in zip(specs, as_list(sm.output.scores)):
+        out = rows[rows["member"] == spec.name].copy()
+        out["checkpoint"] = int(sm.wildcards.c)
+        out["prediction"] = out["prediction"].astype(str)
+        tables.write(out, path, "evaluation")
 
 
-def serve(names):
-    return backend.serve_each([by_name[n] for n in names])
-
-
-frames = []
-groups = [[specs[i].name for i in group] for group in by_base(specs)]  # one base: the same batches
-for task in tasks:
-    result = evaluate_checkpoint(serve, groups, task, system, cfg.batch_size, judge, cfg.test)
-    frames.append(result)
-    means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
-    log.info("%s: %s", task.name, means)
-rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
-for spec, path in zip(specs, as_list(sm.output.scores)):
-    out = rows[rows["member"] == spec.name].copy()
-    out["checkpoint"] = int(sm.wildcards.c)
-    out["prediction"] = out["prediction"].astype(str)
-    tables.write(out, path, "evaluation")
+# vLLM may start its engine in a spawned process, which imports this file again as a module:
+# the job runs only in the process Snakemake started (vLLM's rule for a script that starts it)
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821

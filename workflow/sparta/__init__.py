@@ -4,8 +4,7 @@ import os
 
 __version__ = "0.1.0"
 
-# Models and data come from local folders; nothing is fetched from or reported to a hub
-# unless the user asks for it (export HF_HUB_OFFLINE=0 to allow downloads). Set before any
-# Hugging Face library is imported: they read these once, at import.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Nothing is reported to a hub. HF_HUB_OFFLINE is left as the user set it: the workflow sets it
+# for its jobs (sparta.hub.jobs_offline), after reading the user's own value, so the one rule
+# that downloads (hub_download, where snakemake runs) can reach the hub.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

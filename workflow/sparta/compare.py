@@ -26,8 +26,8 @@ seed-level interval (:func:`seed_interval`; never 0 either).
 
 The family of comparisons (each experiment against its own best init and against Sparta,
 every task; a comparison and its mirror once; a pool-size experiment's own best init is a
-reference row, not compared with Sparta) is adjusted with Holm-Bonferroni;
-``*_significant`` (and the printed ``*``) is the adjusted p below 0.05.
+reference row, not compared with Sparta) is adjusted with Holm-Bonferroni, its p-values only
+(the intervals are not); ``*_significant`` (and the printed ``*``) is the adjusted p below 0.05.
 
 Power, one question per column (80% power, two-sided, from the observed variances):
 
@@ -162,8 +162,9 @@ def paired_test(diffs_by_seed: list[np.ndarray], replicates: int = 10_000, seed:
     every seed, every discordant item weighs the same and it is the exact sign test on the
     discordant items pooled over seeds (McNemar's exact test), at any count; other scores
     (MC2 mass, 0-10 judge scores) or unequal sizes convolve one binomial per group of equal
-    weighted differences while that stays below :data:`EXACT_POINTS` points. Beyond that (many
-    distinct continuous differences) it draws ``replicates`` sign flips and returns
+    weighted differences, in integer steps (exact for any scores, ties included), while that
+    stays below :data:`EXACT_POINTS` points. Beyond that (many distinct continuous
+    differences) it draws ``replicates`` sign flips and returns
     (1 + the flips at least as extreme) / (replicates + 1), a valid p at any number of draws,
     never below 1 / (replicates + 1). No nonzero difference (or a mean of 0): p = 1."""
     diffs = [np.asarray(d, dtype=float) for d in diffs_by_seed if len(d)]
@@ -173,27 +174,27 @@ def paired_test(diffs_by_seed: list[np.ndarray], replicates: int = 10_000, seed:
     weighted = np.concatenate([d[d != 0] / (k * len(d)) for d in diffs])
     if len(weighted) == 0:
         return 1.0
-    magnitudes = np.abs(weighted)
-    scale = float(magnitudes.max())
-    observed = abs(float(weighted.sum()))
-    tol = 1e-9 * scale
+    # the magnitudes on an integer grid, 2^50 / n steps to the largest (every sum of n of them
+    # is an integer below 2^53, exact in floats in any order); rounding moves a sum by under
+    # half a step per item, so sums within n + 1 steps are one sum of the scores, as extreme
+    grid = np.abs(weighted) / np.abs(weighted).max()
+    grid = np.rint(grid * 2.0 ** (50 - len(grid).bit_length()))
+    observed, tol = abs(float(np.sign(weighted) @ grid)), len(grid) + 1.0
     if observed <= tol:
         return 1.0
-    values, counts = np.unique(np.round(magnitudes / scale, 12), return_counts=True)
+    values, counts = np.unique(grid, return_counts=True)
     if float(np.prod(counts + 1.0)) <= EXACT_POINTS:
         support, prob = np.zeros(1), np.ones(1)
         for m, n in zip(values, counts):
             b = np.arange(n + 1)
-            support = (support[:, None] + m * (2 * b - n)[None, :]).ravel()
-            prob = (prob[:, None] * stats.binom.pmf(b, n, 0.5)[None, :]).ravel()
-            support, inverse = np.unique(np.round(support, 9), return_inverse=True)
-            prob = np.bincount(inverse, prob)
-        return float(min(1.0, prob[np.abs(support) * scale >= observed - tol].sum()))
+            support, inverse = np.unique((support[:, None] + m * (2 * b - n)).ravel(), return_inverse=True)
+            prob = np.bincount(inverse, (prob[:, None] * stats.binom.pmf(b, n, 0.5)).ravel())
+        return float(min(1.0, prob[np.abs(support) >= observed - tol].sum()))
     rng = np.random.default_rng(seed)
-    extreme, step = 0, max(1, 2_000_000 // len(magnitudes))
+    extreme, step = 0, max(1, 2_000_000 // len(grid))
     for start in range(0, replicates, step):
-        signs = rng.integers(0, 2, (min(step, replicates - start), len(magnitudes))) * 2 - 1
-        extreme += int((np.abs(signs @ magnitudes) >= observed - tol).sum())
+        signs = rng.integers(0, 2, (min(step, replicates - start), len(grid))) * 2 - 1
+        extreme += int((np.abs(signs @ grid) >= observed - tol).sum())
     return (1 + extreme) / (replicates + 1)
 
 
@@ -627,10 +628,11 @@ def _cell(r, name: str, kind: str = "") -> str:
 
 def format_table(table: pd.DataFrame) -> str:
     """The comparison as text: test score (mean, sd over seeds), the differences with their
-    item-bootstrap intervals (stratified by seed), ``*`` where the Holm-adjusted p (of the exact
-    paired test) is below 0.05, the Holm family's size; then each seed's own difference, the
-    seed-level intervals (5 seeds or more) and the minimum detectable differences: item-level
-    alone and at Holm's first step, seed-level with 5 seeds or more (:func:`_mde_lines`)."""
+    item-bootstrap intervals (stratified by seed, not Holm-adjusted), ``*`` where the
+    Holm-adjusted p (of the exact paired test) is below 0.05, the Holm family's size; then
+    each seed's own difference, the seed-level intervals (5 seeds or more) and the minimum
+    detectable differences: item-level alone and at Holm's first step, seed-level with 5 seeds
+    or more (:func:`_mde_lines`)."""
     lines = []
     family = int(table["family_size"].max()) if "family_size" in table and len(table) else 0
     for task, g in table.groupby("task", sort=False):
@@ -646,7 +648,7 @@ def format_table(table: pd.DataFrame) -> str:
             lines.append(f"{r.experiment:<22}{r.test:>10.3f}{sd:<6}{cells[0]:>30}{cells[1]:>30}")
         lines.append(
             "  brackets: 95% paired bootstrap over test items, stratified by seed (items resampled "
-            "within each seed):"
+            "within each seed), not Holm-adjusted (only the p behind * is):"
         )
         lines.append(
             "  conditional on these training runs: how sure these test items make us about these "
@@ -666,7 +668,7 @@ def format_table(table: pd.DataFrame) -> str:
             lines.append("")
             lines.append(
                 "  seed-level 95% t interval (n - 1 df) over the seeds' differences: what a new "
-                "training run would give (* Holm-adjusted)"
+                "training run would give (brackets not Holm-adjusted; * the Holm-adjusted p)"
             )
             lines.append(f"  {'experiment':<20}{'vs best init':>30}{'vs sparta':>30}")
             for r in g.itertuples(index=False):

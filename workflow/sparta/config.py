@@ -922,12 +922,12 @@ def _check_backend(settings: Settings) -> list[str]:
     if settings.backend != "vllm":
         return []
     problems = []
-    if settings.device == "cpu":
-        problems.append("backend: vllm runs on CUDA GPUs only; set device: cuda (or auto), or backend: hf")
     tp = settings.vllm.tensor_parallel_size
+    if settings.device == "cpu" and tp > 1:  # vLLM's CPU build: one engine process, no shards
+        problems.append(f"vllm.tensor_parallel_size is {tp} but device is cpu: set it to 1, or device: cuda")
     for stage in ("combat", "judge", "evaluate"):
         gpus = getattr(settings.resources, stage).gpu
-        if gpus < tp:
+        if gpus < tp and (gpus or tp > 1):
             problems.append(
                 f"resources.{stage}.gpu is {gpus} but vllm.tensor_parallel_size is {tp}: "
                 f"a job needs one GPU per tensor-parallel shard"

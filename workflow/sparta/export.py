@@ -541,7 +541,7 @@ def merge_into_base(base: str, adapter: str | None, dtype):
 
 @contextlib.contextmanager
 def hub_online():
-    """Lift sparta's offline default (HF_HUB_OFFLINE=1) for an upload the user asked for."""
+    """Lift offline mode (HF_HUB_OFFLINE=1, as in every job) for an upload the user asked for."""
     from huggingface_hub import constants
 
     was = constants.HF_HUB_OFFLINE

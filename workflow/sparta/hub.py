@@ -37,8 +37,8 @@ _DATASET = re.compile(r"(?:hf://datasets/)?" + _NAME)
 _TRUE = {"1", "true", "yes", "on"}
 
 USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
-"""Whether the user asked for offline mode (read when sparta is first imported, before the
-workflow sets ``HF_HUB_OFFLINE=1`` for its own jobs)."""
+"""Whether the user asked for offline mode (read when sparta.hub is first imported, before the
+workflow sets ``HF_HUB_OFFLINE=1`` for its own jobs; sparta itself never sets it at import)."""
 
 
 PLANNING = False
@@ -153,11 +153,19 @@ def kind(folder: Path, repo_type: str = "model") -> str | None:
 
 
 def missing_message(ref: HubRef, where: str) -> str:
-    offline = "HF_HUB_OFFLINE=1" if USER_OFFLINE else "the hub cannot be reached"
+    offline = (
+        "HF_HUB_OFFLINE is set in your environment (unset it where the hub can be reached)"
+        if USER_OFFLINE
+        else f"the hub ({endpoint()}) cannot be reached"
+    )
     return (
         f"{where}: {ref.id} is not in the Hugging Face cache ({cache_dir()}) and {offline}: "
         f"download it first where there is network, with the same HF_HOME: {ref.fetch_command()}"
     )
+
+
+def endpoint() -> str:
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
 
 
 @functools.cache
@@ -168,9 +176,9 @@ def reachable(timeout: float = 3.0) -> bool:
     import socket
     from urllib.parse import urlparse
 
-    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
+    url = urlparse(endpoint())
     try:
-        socket.create_connection((host, 443), timeout=timeout).close()
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
     except OSError:
         return False
     return True

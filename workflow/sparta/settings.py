@@ -67,7 +67,12 @@ class VLLMSettings:
     tensor_parallel_size: int = setting(
         1, ge=1, help="GPUs one engine shards the base over (set resources.*.gpu to match)."
     )
-    gpu_memory_utilization: float = setting(0.85, gt=0, le=1, help="Share of GPU memory vLLM may take.")
+    gpu_memory_utilization: float = setting(
+        0.85,
+        gt=0,
+        le=1,
+        help="Share of GPU memory vLLM may take (vLLM's CPU build: of the machine's memory).",
+    )
     max_model_len: int | None = setting(
         None, ge=1, le=MAX_TOKENS, help="Context length of the engine (null: the model's)."
     )
@@ -91,7 +96,7 @@ class BackendSettings:
     """The model backend of combat, judging and evaluation."""
 
     name: str = "hf"
-    """hf (transformers + PEFT, CPU or GPU) | vllm (GPU only)."""
+    """hf (transformers + PEFT, CPU or GPU) | vllm (a CUDA GPU, or vLLM's CPU build)."""
     vllm: VLLMSettings = field(default_factory=VLLMSettings)
 
 
@@ -466,6 +471,14 @@ class BaselineSettings:
         "judge's scale, in the iteration's prompt order (NeMo-Aligner's meta_max_relative_pcnt). 1: no cap.",
         added="meta-rewarding judge-pair caps",
     )
+    judge_pair_cap: Literal["share", "per_score"] = setting(
+        "share",
+        help="meta_rewarding: what bounds the judge pairs beside the score cap. share: judge_pair_share "
+        "of the member's pairs; per_score: NeMo-Aligner's code, each chosen score at most 20% of the "
+        "member's prompts of the iteration over the scale's steps, and a judge pair for every prompt "
+        "without an actor pair or up to judge_pair_share of the prompts, whichever is more.",
+        added="meta-rewarding per-score judge-pair limit",
+    )
     annotator: JudgeModel | None = setting(
         None,
         help="sppo's win-probability model {base, adapter} (null: the members' base model without "
@@ -640,7 +653,7 @@ class PromptSettings:
         ge=0,
         le=0.9,
         help="Share of prompts held out for validation (with test, below 1: some must be left for "
-        "alignment).",
+        "alignment). With evaluation.enabled false, validation and test are 0: nothing is held out.",
     )
     test: float = setting(0.2, ge=0, le=0.9, help="Share of prompts held out for test.")
     per_iteration: int = setting(
@@ -996,6 +1009,10 @@ class Settings:
         settings = build(cls, config, "")
         if rep.labels == "random" and rep.labels_seed is None:  # the random_labels coin: the run's seed
             rep = dataclasses.replace(rep, labels_seed=settings.seed)
+        if not settings.evaluation.enabled:  # nothing evaluates: every prompt is for alignment
+            settings = dataclasses.replace(
+                settings, prompts=dataclasses.replace(settings.prompts, validation=0.0, test=0.0)
+            )
         return dataclasses.replace(settings, reputation=rep)
 
     @property

@@ -98,14 +98,23 @@ def _import_vllm(options: VLLMSettings):
     return vllm
 
 
-def _check_gpu(dtype: str) -> None:
+def engine_dtype(dtype: str) -> str:
+    """The dtype the engine runs: on a CUDA GPU ``dtype`` (checked against the GPU); on vLLM's
+    CPU build ``auto`` is float32, as on the Hugging Face backend, so vLLM's own default never
+    picks a precision the CPU emulates. Neither: this job cannot run vLLM."""
     import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError(
-            "backend: vllm needs a CUDA GPU, and this job sees none: ask for one (resources.<stage>.gpu)"
-        )
-    check_gpu_dtype(dtype, torch.device("cuda"))
+    if torch.cuda.is_available():
+        check_gpu_dtype(dtype, torch.device("cuda"))
+        return dtype
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "float32" if dtype == "auto" else dtype
+    raise RuntimeError(
+        "backend: vllm needs a CUDA GPU (or vLLM's CPU build), and this job sees neither: "
+        "ask for a GPU (resources.<stage>.gpu)"
+    )
 
 
 def engine_kwargs(base: str, adapters, options: VLLMSettings, dtype: str, seed: int) -> dict:
@@ -201,7 +210,7 @@ class VLLMEngine:
 
     def __init__(self, base: str, specs, options: VLLMSettings, dtype: str = "auto", seed: int = 0):
         vllm = _import_vllm(options)
-        _check_gpu(dtype)
+        dtype = engine_dtype(dtype)
         base = local_folder(base)  # a hub id: its snapshot folder in the cache (sparta.hub)
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}

@@ -30,10 +30,16 @@ So, in snakemake's main process (:func:`install`, from :func:`sparta.engine.inst
 
 Dry runs and ``--nolock`` take no lock (snakemake does not lock then either); jobs that
 snakemake spawns never touch the locks.
+
+Where the file system has no flock (Lustre mounted ``noflock``, NFS without lockd: flock fails
+with ENOLCK, EOPNOTSUPP, ENOSYS or EINVAL), :func:`install` prints one warning and changes
+nothing: Snakemake's own locks apply, as on plain Snakemake. ``SPARTA_LOCKS=none`` chooses that
+without trying flock; ``SPARTA_LOCKS=flock`` is the default.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -48,6 +54,8 @@ from pathlib import Path
 REGISTRY = "sparta.flock"
 REGISTRY_WAIT = 120  # seconds
 LOCK_FILE = re.compile(r"\d+\.(input|output)\.lock")
+VARIABLE = "SPARTA_LOCKS"
+NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 
 def run_lock_path(folder: str | Path, run: str) -> Path:
@@ -58,6 +66,25 @@ def run_lock_path(folder: str | Path, run: str) -> Path:
 class Busy(Exception):
     """A live snakemake holds the run (or the registry): the message names it and says what to
     do; snakemake shows it as one error, without a traceback."""
+
+
+class NoFlock(Exception):
+    """The file system of ``.snakemake`` has no flock (one of :data:`NO_FLOCK`): the message
+    names the file and the error."""
+
+
+def _flock(fd: int, path: Path) -> None:
+    """Take the kernel lock on ``fd`` or raise BlockingIOError (held); where the file system
+    has no flock, close ``fd`` and raise :class:`NoFlock`."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError as e:
+        if e.errno not in NO_FLOCK:
+            raise
+        os.close(fd)
+        raise NoFlock(f"flock fails on {path} with {errno.errorcode.get(e.errno, e.errno)}") from None
 
 
 # --- the lock of the lock registry, reentrant within this process ---------------------------
@@ -73,7 +100,7 @@ def registry(folder: Path):
         deadline = time.monotonic() + REGISTRY_WAIT
         while True:  # held for milliseconds by whoever has it, unless that process is stopped
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _flock(fd, folder / REGISTRY)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
@@ -159,7 +186,7 @@ def _runs(folder: Path, skip: Path | None = None):
             except OSError:
                 continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, path)
         except BlockingIOError:
             yield _read(fd), None
             os.close(fd)
@@ -274,7 +301,7 @@ def acquire(folder: Path) -> dict:
     path = run_lock_path(folder, _run["name"])
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(fd, path)
     except BlockingIOError:
         record = _read(fd)
         os.close(fd)
@@ -337,15 +364,54 @@ def _overlap_message(persistence, folder: Path) -> str:
 # --- snakemake's persistence, in the main process --------------------------------------------
 
 _original = {}
+_said = set()
+
+
+@contextmanager
+def _refused():
+    """Busy, or a flock failing mid-run, as snakemake prints a CliException: ``Error: <message>``,
+    no traceback."""
+    from snakemake.exceptions import CliException
+
+    try:
+        yield
+    except Busy as e:
+        raise CliException(str(e)) from None
+    except NoFlock as e:  # flock worked when this process started
+        raise CliException(f"sparta: {e}; to run with Snakemake's own locks: {VARIABLE}=none") from None
+
+
+def _choice() -> str:
+    """``flock`` (the default) or ``none``, from :data:`VARIABLE`."""
+    from snakemake.exceptions import WorkflowError
+
+    value = os.environ.get(VARIABLE, "").strip().lower() or "flock"
+    if value not in ("flock", "none"):
+        raise WorkflowError(f"sparta: {VARIABLE}={value!r}: use flock (the default) or none")
+    return value
+
+
+def _without(why: str) -> None:
+    """One line, once a process: sparta's run locks are off, what that loses, what to do."""
+    if _said:
+        return
+    _said.add(why)
+    print(
+        f"sparta: warning: {why}: sparta's run locks are off (Snakemake's own apply, and the first "
+        "run to end removes every run's): run one snakemake at a time in this folder, and after a "
+        "hard kill, snakemake --unlock before running again (docs/guides/troubleshooting.md)",
+        file=sys.stderr,
+    )
 
 
 def install(workflow, run: str, kind: str = "experiment") -> None:
     """Give this snakemake process's run its own lock (see the module's doc) and remove the
     locks of dead runs now, so that a dry run after a hard kill sees none either. Only in
-    snakemake's main process; the jobs it spawns run with --nolock."""
+    snakemake's main process; the jobs it spawns run with --nolock. Without flock (or with
+    ``SPARTA_LOCKS=none``) it changes nothing and says so once."""
     if not workflow.is_main_process:
         return
-    from snakemake.exceptions import CliException, LockException, WorkflowError
+    from snakemake.exceptions import LockException, WorkflowError
     from snakemake.persistence import PersistenceBase
     from snakemake.persistence.file import FilePersistence
 
@@ -359,22 +425,23 @@ def install(workflow, run: str, kind: str = "experiment") -> None:
             "(sparta/engine/locks.py, tested with the snakemake that requirements.txt pins; "
             "SPARTA_ENGINE=plain runs plain Snakemake without it: docs/development/engine.md)"
         )
+    if _choice() == "none":
+        return _without(f"{VARIABLE}=none")
+    folder = Path(".snakemake").absolute()  # snakemake's persistence folder in the workdir
+    with _refused():
+        try:
+            with registry(folder):
+                _announce(clear_stale(folder))
+        except NoFlock as e:
+            return _without(str(e))
     if not _original:
         _original.update(lock=PersistenceBase.lock, cleanup_locks=PersistenceBase.cleanup_locks)
-
-        @contextmanager
-        def refused():
-            """Busy as snakemake prints a CliException: ``Error: <message>``, no traceback."""
-            try:
-                yield
-            except Busy as e:
-                raise CliException(str(e)) from None
 
         @contextmanager
         def lock(self):
             folder = Path(self.path)
             with ExitStack() as stack:
-                with refused(), registry(folder):
+                with _refused(), registry(folder):
                     previous = acquire(folder)
                     try:
                         _announce(clear_stale(folder, skip=_run["path"], previous=(previous,)))
@@ -390,7 +457,7 @@ def install(workflow, run: str, kind: str = "experiment") -> None:
 
         def delete_locks(self):
             """Unlock: this run's own lock files only (snakemake 9 removes the whole folder)."""
-            with refused(), registry(Path(self.path)):
+            with _refused(), registry(Path(self.path)):
                 for path in self._lockfile.values():
                     Path(path).unlink(missing_ok=True)
                 self._lockfile.clear()
@@ -399,15 +466,11 @@ def install(workflow, run: str, kind: str = "experiment") -> None:
         def cleanup_locks(self):
             """snakemake --unlock: every lock file but the live runs' recorded ones."""
             folder = Path(self.path)
-            with refused(), registry(folder):
+            with _refused(), registry(folder):
                 _announce(clear_stale(folder, keep_unclaimed=False))
                 for record in live_runs(folder):
                     print(f"sparta: kept the locks of a live run: {describe(record)}", file=sys.stderr)
 
-        _original["refused"] = refused
         PersistenceBase.lock = lock
         PersistenceBase.cleanup_locks = cleanup_locks
         FilePersistence._delete_locks = delete_locks
-    folder = Path(".snakemake").absolute()  # snakemake's persistence folder in the workdir
-    with _original["refused"](), registry(folder):
-        _announce(clear_stale(folder))

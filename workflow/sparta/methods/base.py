@@ -139,13 +139,22 @@ class JudgeRun:
     def judged(self, asked: list[tuple], judge_fn, cfg, seed_of, *extra) -> list:
         """:meth:`run` with a judging function of :mod:`sparta.judging`:
         ``judge_fn(served, items, cfg, system, seeds, *extra)``, the items being the last entry
-        of each asked tuple and ``seed_of(position in asked)`` their seeds."""
-        return self.run(
-            asked,
-            lambda served, group: judge_fn(
-                served, [asked[i][-1] for i in group], cfg, self.system, [seed_of(i) for i in group], *extra
-            ),
-        )
+        of each asked tuple and ``seed_of(position in asked)`` their seeds. A call of an odd
+        number of items (pointwise) is made even with an empty item, a judged set of its own whose
+        judgment is thrown away: :func:`~sparta.judging.judge_answers` would pad it with a copy
+        of the last item, whose seed would change that item's label table (with secret labels)
+        and so make it depend on what else the call holds (e.g. on the job's fan-out)."""
+        from ..judging import JudgeItem
+
+        def call(served, group):
+            items, seeds = [asked[i][-1] for i in group], [seed_of(i) for i in group]
+            if len(items) % 2:
+                if isinstance(getattr(served, "members", None), list):
+                    served = type(served)(served.backend, served.members + served.members[-1:])
+                items, seeds = items + [JudgeItem("", "")], seeds + seeds[-1:]
+            return judge_fn(served, items, cfg, self.system, seeds, *extra)[: len(group)]
+
+        return self.run(asked, call)
 
     def add(self, judge: str, duel: str, target: str, sample: int, j, kind: str = "score") -> None:
         self.rows.append(

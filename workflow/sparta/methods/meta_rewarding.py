@@ -37,16 +37,27 @@ self_rewarding.py, branch degert/self-rewarding-trt, commit de145a5a of 2025-05-
 conf/gpt_self_rewarding.yaml and docs/user-guide-experimental/self_rewarding.rst): as a
 judge pair forms it is kept only while its chosen judgment's score has under
 ``baselines.judge_score_share`` (its ``meta_max_relative_pcnt``, 0.4) of the kept judge
-pairs' chosen scores, counted from one per score of the judge's scale (``cnt_tracker``);
-of those kept, at most ``baselines.judge_pair_share`` (``meta_judge_pcnt``; its guide
-recommends at most 0.15: "Any higher, and we have observed that the llm-as-a-judge model
-starts to output identical scores for every response (always a 5)") of a member's pairs of
-the iteration are judge pairs, the first formed in the iteration's (seeded) prompt order,
-as NeMo takes them first-in first-out. NeMo swaps judge pairs into a training batch of fixed
-size, first into the slots of actor samples that teach nothing, then at random while the
-batch's judge share is under the cap; here pairs that teach nothing are dropped, so the cap
-is on the share of the pairs kept. NeMo's third limit (per score, 20% of the iteration's
-training samples over the scale's points) is not kept: the share cap bounds them all.
+pairs' chosen scores, counted from one per score of the judge's scale (``cnt_tracker``).
+What bounds them beyond that is ``baselines.judge_pair_cap``:
+
+- ``share`` (the default): of those kept, at most ``baselines.judge_pair_share``
+  (``meta_judge_pcnt``; its guide recommends at most 0.15: "Any higher, and we have observed
+  that the llm-as-a-judge model starts to output identical scores for every response (always
+  a 5)") of a member's pairs of the iteration are judge pairs, the first formed in the
+  iteration's (seeded) prompt order, as NeMo takes them first-in first-out;
+- ``per_score`` (NeMo's code): a judge pair is also kept only while its chosen score's count,
+  from one, is under NeMo's per-score limit, 20% (:data:`PER_SCORE_SAMPLES`) of the member's
+  prompts of the iteration (NeMo's training samples) over the scale's steps (levels - 1), so
+  about 20% of the prompts in all; of those the first max(U, judge_pair_share x prompts),
+  U the prompts without an actor pair: NeMo puts a judge pair in the place of every
+  unusable actor sample (all scores equal, chosen = rejected, an answer cut short) while
+  it has one, and of a usable one at random while the share replaced is under
+  ``meta_judge_pcnt``.
+
+NeMo swaps judge pairs into a training batch of fixed size; here they are added beside the
+actor pairs (which drop the pairs that teach nothing, and no usable actor pair is given up),
+so under ``share`` the cap is on the share of the pairs kept.
+
 No judge pair can form under greedy judging or, in generate mode, one judgment per answer
 (:func:`no_judge_pairs`: a note at the config check, a warning in the judge job's log).
 
@@ -82,6 +93,9 @@ from .self_rewarding import SelfRewarding
 
 LENGTH_CONTROL = (0.0, 0.0, 0.1)
 """Meta-rewarding's default rho by iteration: NeMo-Aligner's recipe (see the module docstring)."""
+PER_SCORE_SAMPLES = 0.2
+"""NeMo-Aligner's share of the training samples given to judge pairs, spread over the scores
+(``baselines.judge_pair_cap: per_score``)."""
 
 
 class MetaRewarding(SelfRewarding):
@@ -128,12 +142,15 @@ class MetaRewarding(SelfRewarding):
 
         actor = super().pair_rows(duels, responses, judgments, baselines)
         levels = len(RUBRICS[baselines.judge_prompt].points)
+        per_score = baselines.judge_pair_cap == "per_score"
+        prompts = duels["member_a"].value_counts().to_dict() if per_score else None  # NeMo's samples
         judge = capped_judge_pairs(
             actor,
             judge_pair_candidates(duels, judgments),
             baselines.judge_pair_share,
             baselines.judge_score_share,
             levels,
+            prompts,
         )
         return actor + judge
 
@@ -394,9 +411,14 @@ def max_judge_pairs(actor: int, share: float) -> int | None:
 
 
 def capped_judge_pairs(
-    actor: list[dict], judge: list[tuple[dict, float]], share: float, score_share: float, levels: int
+    actor: list[dict],
+    judge: list[tuple[dict, float]],
+    share: float,
+    score_share: float,
+    levels: int,
+    prompts: dict[str, int] | None = None,
 ) -> list[dict]:
-    """The judge pairs each trainee keeps under NeMo-Aligner's two caps, in the order given
+    """The judge pairs each trainee keeps under NeMo-Aligner's caps, in the order given
     (``judge``: (pair, the score its chosen judgment gives the answer), in the iteration's
     prompt order):
 
@@ -404,23 +426,30 @@ def capped_judge_pairs(
        chosen score among the kept pairs' chosen scores, each of the judge scale's ``levels``
        scores counted once more, is under ``score_share``: (n_s + 1) / (n + levels) <
        score_share before it is added (NeMo: ``cnt_tracker`` starts at one per score);
-    2. the share cap (``meta_judge_pcnt``): of those, the first J with J <= ``share`` x
-       (actor pairs + J), the trainee's actor pairs counted without those of one text twice
-       (which DPO drops).
+    2. without ``prompts`` (``judge_pair_cap: share``, the default), the share cap
+       (``meta_judge_pcnt``): of those, the first J with J <= ``share`` x (actor pairs + J),
+       the trainee's actor pairs counted without those of one text twice (which DPO drops);
+    3. with ``prompts`` (``judge_pair_cap: per_score``: per trainee, its prompts N of the
+       iteration), instead NeMo's per-score limit beside the score cap, n_s + 1 < floor(0.2 N
+       / (levels - 1)) before a pair is added (none passes below 2 x 5 / 0.2 = 50 prompts on
+       the additive scale), and of those the first max(N - actor pairs, floor(``share`` x N)).
     """
     kept = []
     for member in dict.fromkeys(p["trainee"] for p, _ in judge):
+        n = None if prompts is None else prompts.get(member, 0)
+        limit = math.inf if n is None else int(PER_SCORE_SAMPLES * n / (levels - 1))
         counts: dict[float, int] = {}
         admitted = []
         for p, s in judge:
             if p["trainee"] != member:
                 continue
             key = round(s, 6)
-            if (counts.get(key, 0) + 1) / (sum(counts.values()) + levels) < score_share:
+            mine = counts.get(key, 0) + 1
+            if mine / (sum(counts.values()) + levels) < score_share and mine < limit:
                 admitted.append(p)
-                counts[key] = counts.get(key, 0) + 1
+                counts[key] = mine
         a = sum(1 for p in actor if p["trainee"] == member and p["chosen"] != p["rejected"])
-        most = max_judge_pairs(a, share)
+        most = max_judge_pairs(a, share) if n is None else max(n - a, math.floor(share * n + 1e-9))
         kept += admitted if most is None else admitted[:most]
     return kept
 

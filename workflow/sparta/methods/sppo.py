@@ -40,8 +40,14 @@ class SPPO(Method):
         from ..judging import Judgment, judge_duels, reference_win_probability
 
         pairwise = replace(run.cfg, format="pairwise", mode="expected")
-        asked = _comparisons(run)
-        judged = run.judged(asked, judge_duels, pairwise, lambda i: run.seed("annotator", *asked[i][1:4]))
+        asked, judged = [], []
+        # one call per member: every member's annotator is "annotator", and a call draws one
+        # label table per judge and prompt, so a pool job's single call would give all members'
+        # comparisons of a prompt one table where member jobs give each its own
+        for mine in _comparisons(run):
+            asked += mine
+            seed = lambda i, mine=mine: run.seed("annotator", *mine[i][1:4])
+            judged += run.judged(mine, judge_duels, pairwise, seed)
         if run.reference:  # P(first beats second) from the two answers' reference scores, as 1 + 9 P
             for k in range(0, len(asked), 2):
                 a_, b_ = judged[k], judged[k + 1]
@@ -83,17 +89,18 @@ class SPPO(Method):
         return baselines.sppo_loss
 
 
-def _comparisons(run) -> list[tuple]:
-    """Every two answers of a prompt, each comparison as two items (the first answer, the
-    second): (annotator, duel id, member, (i, j), item). The annotator is
+def _comparisons(run) -> list[list[tuple]]:
+    """Per member, every two answers of a prompt, each comparison as two items (the first
+    answer, the second): (annotator, duel id, member, (i, j), item). The annotator is
     ``baselines.annotator``, or the member's base without adapter."""
     from ..judging import JudgeItem
     from ..members import MemberSpec
 
     a = run.baselines.annotator
-    asked = []
+    out = []
     for spec in run.specs:
         annotator = MemberSpec("annotator", a.base if a else spec.base, a.adapter if a else None)
+        asked = []
         for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
             for i, j in itertools.combinations(run.samples_of(d.duel_id, spec.name), 2):
                 items = [JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, x)]) for x in (i, j)]
@@ -101,7 +108,8 @@ def _comparisons(run) -> list[tuple]:
                     (annotator, d.duel_id, spec.name, (i, j), items[0]),
                     (annotator, d.duel_id, spec.name, (i, j), items[1]),
                 ]
-    return asked
+        out.append(asked)
+    return out
 
 
 def _tallied(asked: list[tuple], judged: list) -> tuple[dict, dict, dict, dict, dict]:
