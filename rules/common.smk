@@ -670,6 +670,10 @@ def model_rules(name, stage=None, key="member", fanout=FANOUT, **where):
 onstart:
     # outputs an interrupted run had set aside go back where they are missing (sparta/engine/keep.py)
     engine.started(workflow)
+    # on a cluster: jobs an earlier snakemake of this folder left queued or running (it died: its
+    # experiments' locks are this process's now) are cancelled before any job is submitted
+    if not workflow.local_exec and workflow.is_main_process:
+        slurm.cancel_orphans(os.getcwd(), list(RUNS), say=lambda line: print(line, file=sys.stderr))
     # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
     if workflow.local_exec:
         sparta_config.check_local_device(WIDE)

@@ -23,7 +23,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 ENV_FILES = sorted((REPO / "envs").glob("*.yaml"))
 REQUIREMENT_FILES = [
-    p for p in (REPO / "requirements.txt", REPO / "docs" / "requirements.txt") if p.is_file()
+    p
+    for p in (REPO / "requirements.txt", REPO / "docs" / "requirements.txt", REPO / "envs" / "vllm-gpu.txt")
+    if p.is_file()
 ]
 
 

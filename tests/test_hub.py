@@ -3,7 +3,9 @@ built by hand in the hub cache layout, HF_HUB_OFFLINE=1, never the network."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import re
 
 import pandas as pd
@@ -15,7 +17,7 @@ from sparta.config import ConfigError, load
 from sparta.members import MemberSpec, hub_name, is_hub_id
 
 from .tiny import build_tiny_model
-from .workflow_helpers import run_snakemake, tiny_config, write_config
+from .workflow_helpers import REPO, run_snakemake, tiny_config, write_config
 
 MODEL, ADAPTER, DATASET = "sparta-test/tiny", "sparta-test/tiny-lora", "sparta-test/tiny-math"
 COMMITS = {MODEL: "1" * 40, ADAPTER: "2" * 40, DATASET: "3" * 40}
@@ -454,3 +456,69 @@ def test_the_real_gsm8k_test_set_through_the_paper_s_task(offline, tmp_path):
     assert again.rows["test"]["example_id"].tolist() == test["example_id"].tolist()  # seeded
     assert all(metrics.exact_match(a, a, task.answer) for a in test["answer"])
     assert not any(metrics.exact_match("#### 123456789", a, task.answer) for a in test["answer"])
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A stand-in hub endpoint on loopback: records each request, knows no repository."""
+
+    seen: list[str] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        type(self).seen.append(self.path)
+        body = b'{"error": "Repository not found"}'
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_paper_s_real_start_reaches_the_download_unless_the_user_is_offline(tmp_path):
+    """`import sparta` leaves HF_HUB_OFFLINE alone, so a real (not dry) start of paper.yaml with
+    an empty cache and no HF_HUB_OFFLINE of the user's passes the config check and runs rule
+    hub_download, which asks the hub (here a stand-in endpoint, HF_ENDPOINT). With
+    HF_HUB_OFFLINE=1 exported by the user, the check stops before any job and says so."""
+    import subprocess
+    import sys
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE"))}
+    env["HF_HOME"] = str(tmp_path / "hf")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sparta, os; print(os.environ.get('HF_HUB_OFFLINE'))"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert probe.stdout.strip() == "None"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hub.seen = []
+    paper = REPO / "workflow" / "configs" / "paper.yaml"
+    cmd = [sys.executable, "-m", "snakemake", "results/_hub/manifest.parquet", "--cores", "1"]
+    cmd += ["-d", str(tmp_path / "work"), "--config", "device=auto", "--configfile", str(paper)]
+    try:
+        env["HF_ENDPOINT"] = f"http://127.0.0.1:{server.server_port}"
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        server.shutdown()
+    out = proc.stdout + proc.stderr
+    assert "ConfigError" not in out, out[-3000:]  # the config check let the download start
+    assert "rule hub_download" in out and proc.returncode != 0  # the stand-in knows no repo
+    assert any("Qwen/Qwen2.5-7B-Instruct" in p for p in _Hub.seen), _Hub.seen
+    log = tmp_path / "work" / "results" / "_hub" / "logs" / "hub_download.log"
+    logs = log.read_text() if log.exists() else out
+    assert "Qwen/Qwen2.5-7B-Instruct" in logs
+    proc = subprocess.run(
+        cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env={**env, "HF_HUB_OFFLINE": "1"}
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "HF_HUB_OFFLINE is set in your environment" in out, out[-3000:]
+    assert "rule hub_download" not in out

@@ -144,3 +144,96 @@ def _minutes(limit: str) -> int:
 def _tables(work, pattern):
     df = read_all(work, pattern).drop(columns="_file")
     return df.sort_values(list(df.columns[:3])).reset_index(drop=True)
+
+
+class Faults(threading.Thread):
+    """Watches the queue: requeues the first combat job after it has run a few seconds
+    (``scontrol requeue``: Slurm starts it again from the beginning, as after a node failure or
+    a preemption), then kills the main snakemake with SIGKILL once a dpo job runs (its jobs go
+    on without it). Records the jobs it saw, the one it requeued and the ones left running."""
+
+    def __init__(self, cluster: LocalSlurm, main: subprocess.Popen):
+        super().__init__(daemon=True)
+        self.cluster, self.main = cluster, main
+        self.seen: dict[str, dict[str, str]] = {}
+        self.requeued: str | None = None
+        self.orphans: list[str] = []
+        self.done = threading.Event()
+
+    def run(self):
+        since: dict[str, float] = {}
+        while not self.done.is_set() and self.main.poll() is None:
+            for job in self.cluster.jobs():
+                self.seen[job["id"]] = job
+                if job["state"] != "RUNNING":
+                    continue
+                since.setdefault(job["id"], time.time())
+                if self.requeued is None and job["comment"].startswith("rule_combat_"):
+                    if time.time() - since[job["id"]] > 3:
+                        self.cluster.run("scontrol", "requeue", job["id"])
+                        self.requeued = job["id"]
+                elif self.requeued and job["comment"].startswith("rule_dpo_"):
+                    self.main.kill()  # SIGKILL: no cleanup, its Slurm jobs go on
+                    self.main.wait()
+                    self.orphans = [
+                        j["id"] for j in self.cluster.jobs() if j["state"] in ("RUNNING", "PENDING")
+                    ]
+                    return
+            time.sleep(0.5)
+
+
+def test_a_requeued_job_and_a_killed_main_snakemake_lose_nothing(slurm, tiny_base, tmp_path, request):
+    """On the real Slurm: a combat job requeued while it runs, then the main snakemake killed
+    with SIGKILL while a dpo job runs, then the documented resume (the same command). The
+    requeued job reran from the start; the dead snakemake's jobs still queued or running are
+    found by the resume and cancelled before it submits anything (never two copies writing one
+    file); every table equals the local run's."""
+    final = {"checkpoints": "final", "select_from": "final"}
+    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1, fanout="member", evaluation=final))
+    work = tmp_path / "work"
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--workflow-profile"]
+    cmd += [str(REPO / "tests" / "slurm" / "profile"), "-d", str(work), "--configfile", str(cfg)]
+    env = {**slurm.env, "PYTHONUNBUFFERED": "1"}
+    log = open(tmp_path / "first.log", "w")
+    main = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    faults = Faults(slurm, main)
+    faults.start()
+    faults.join(timeout=1500)
+    faults.done.set()
+    if main.poll() is None:
+        main.kill()
+    first = (tmp_path / "first.log").read_text()
+    assert faults.requeued, "no combat job was seen running long enough to requeue\n" + first[-3000:]
+    assert faults.orphans, "the main snakemake was not killed while its jobs ran\n" + first[-3000:]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "still queued or running" in out and "are cancelled" in out, out[-4000:]
+    states = {j["id"]: j["state"] for j in slurm.jobs()}
+    cancelled = [j for j in faults.orphans if states.get(j) == "CANCELLED"]
+    assert cancelled, (faults.orphans, slurm.jobs())
+    local = request.getfixturevalue("run_a")[0]
+    for pattern in TABLES:
+        a, b = (_tables(w, pattern).drop(columns=["raw"], errors="ignore") for w in (local, work))
+        pd.testing.assert_frame_equal(a, b, obj=pattern, check_exact=False, rtol=1e-5, atol=1e-5)
+
+
+def test_a_request_past_the_partition_s_limit_stops_before_submission(slurm, tiny_base, tmp_path):
+    """The partition's MaxTime (scontrol) below a stage's first attempt (dpo's 120 minutes, the
+    default): the run stops before
+    it submits a job, naming the stage, the limit and the partition."""
+    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))  # dpo: 120 min, the rest 60
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--workflow-profile"]
+    cmd += [str(REPO / "tests" / "slurm" / "profile"), "-d", str(tmp_path / "work"), "--configfile", str(cfg)]
+    before = set(j["id"] for j in slurm.jobs())
+    slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=90")
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=slurm.env)
+    finally:
+        slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=INFINITE")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (
+        f"resources.dpo asks for 120 min, more than the limit of 90 min in partition {slurm.partition}" in out
+    )
+    assert set(j["id"] for j in slurm.jobs()) == before  # nothing submitted

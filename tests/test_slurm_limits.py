@@ -16,7 +16,14 @@ def ask(res, attempt):
 
 @pytest.mark.parametrize(
     "text, minutes",
-    [("60", 60), ("1:00:00", 60), ("2-00:00:00", 2880), ("1-12", 2160), ("00:30:01", 31), ("UNLIMITED", None)],
+    [
+        ("60", 60),
+        ("1:00:00", 60),
+        ("2-00:00:00", 2880),
+        ("1-12", 2160),
+        ("00:30:01", 31),
+        ("UNLIMITED", None),
+    ],
 )
 def test_slurm_times_in_minutes(text, minutes):
     assert slurm.minutes(text) == minutes

@@ -741,7 +741,7 @@ def text(runs: Sequence[RunCost], a: Assumptions) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sparta.cost",
         description="Tokens and GPU-hours of every run of a config, per stage and iteration, from the "
@@ -772,9 +772,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--device", choices=DEVICES, default="H100", help="whose throughputs to use where the table has them"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = (cli := parser()).parse_args(argv)
     if not 0 < args.fill <= 1 or args.prompt_tokens < 1:
-        parser.error("--fill is in (0, 1] and --prompt-tokens at least 1")
+        cli.error("--fill is in (0, 1] and --prompt-tokens at least 1")
     a = Assumptions(args.fill, args.prompt_tokens, args.size, args.device, Path(args.base).resolve().parent)
     try:
         runs = study_costs(read_config(args.configfile, args.base), a)

@@ -119,3 +119,44 @@ def job_resources(
 
 def _capped(value: int, cap: int | None) -> int:
     return value if cap is None else min(value, cap)
+
+
+def orphans(workdir: str, experiments, run=subprocess.run) -> list[tuple[str, str, str]]:
+    """(job id, state, rule and wildcards) of this user's Slurm jobs still queued or running in
+    ``workdir`` for one of ``experiments``: a snakemake of this folder submitted them and died
+    (a live one holds the experiments' locks, so this process would not have started)."""
+    if not shutil.which("squeue"):
+        return []
+    out = run(
+        ["squeue", "--me", "--noheader", "--format=%i|%T|%Z|%k"], capture_output=True, text=True, timeout=60
+    ).stdout
+    here, found = os.path.realpath(workdir), []
+    for line in out.splitlines():
+        job, state, folder, comment = (line.split("|", 3) + ["", "", ""])[:4]
+        wildcards = comment.partition("_wildcards_")[2]
+        mine = any(wildcards == e or wildcards.startswith(f"{e}_") for e in experiments)
+        if comment.startswith("rule_") and mine and os.path.realpath(folder) == here:
+            found.append((job.strip(), state.strip(), comment.strip()))
+    return found
+
+
+def cancel_orphans(workdir: str, experiments, say=print, wait: float = 120, run=subprocess.run) -> list[str]:
+    """Cancel :func:`orphans` and wait until Slurm has ended them, so that no two copies of a
+    job ever write one file; their outputs, marked incomplete when they were submitted, are
+    rerun (rerun-incomplete). Returns the cancelled job ids."""
+    import time
+
+    jobs = orphans(workdir, experiments, run)
+    if not jobs:
+        return []
+    ids = [j for j, *_ in jobs]
+    say(
+        f"sparta: {len(jobs)} Slurm job(s) of an earlier snakemake of this folder are still queued or "
+        f"running ({', '.join(f'{j} {s} {c}' for j, s, c in jobs)}): that snakemake is gone, so they "
+        "are cancelled (never two copies writing one file) and their outputs rerun"
+    )
+    run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+    deadline = time.time() + wait
+    while time.time() < deadline and any(j in ids for j, *_ in orphans(workdir, experiments, run)):
+        time.sleep(2)
+    return ids

