@@ -861,7 +861,16 @@ def print_summary(parts: dict) -> None:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="GPU check: the model stages (sampled generation, expected-score judging, DPO "
+        "steps; vLLM too where it imports) on CUDA through the workflow's own code, each timed, one "
+        "line per figure. Needs this repository's checkout (it imports workflow/ and tests/), "
+        "requirements.txt installed (a CUDA build of torch; transformers, peft, trl, datasets) and "
+        "one CUDA GPU. Needs no network and downloads nothing: every model has random weights and a "
+        "tiny test tokenizer stands in, except that --shapes and --workflow read a tokenizer from a "
+        "local model folder (--tokenizer). --parts all keeps within --budget; --smoke runs every part "
+        "at tiny size on a CPU."
+    )
     out = Path(os.environ["OUT"], "gpu_check.json") if os.environ.get("OUT") else None
     parser.add_argument("--out", default=out, help="the figures as JSON (default: $OUT/gpu_check.json)")
     parser.add_argument("--prompts", type=int, help="tiny stage: prompts (default 64; --smoke: 4)")

@@ -109,6 +109,148 @@ def test_every_page_has_commands_to_check():
     assert sum(map(len, found.values())) >= 20
 
 
+def test_pages_describe_no_machine_but_the_readers():
+    """The pages describe what a reader of this project has: no other environment's recipe (an
+    output folder in an environment variable, a list of machine kinds, paths carried over)."""
+    for page in PAGES:
+        text = page.read_text()
+        for phrase in ("$OUT", "KINDS.md", "carry: [", "device tool", "lent GPU"):
+            assert phrase not in text, f"{page.relative_to(REPO)}: {phrase!r}"
+
+
+# --- the site as a reader sees it: offline, its math drawn, its API page in Markdown ---------
+
+MKDOCS = REPO / "mkdocs.yml"
+API = DOCS / "reference" / "api.md"
+ROLE = re.compile(r":(?:py:)?(?:func|meth|class|attr|mod|data|exc|obj|const|type):`")
+REMOTE = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.I)  # https://..., //cdn...
+
+
+class _Config(yaml.SafeLoader):
+    """mkdocs.yml as data; a ``!!python/...`` or ``!ENV`` value reads as None."""
+
+
+_Config.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+_Config.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def site_config() -> dict:
+    return yaml.load(MKDOCS.read_text(), Loader=_Config)
+
+
+def _load_module(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _entry(item) -> str:
+    """An extra_javascript/extra_css entry's path (a string, or a mapping with ``path``)."""
+    return item if isinstance(item, str) else item.get("path", "")
+
+
+def test_the_site_loads_nothing_from_another_site():
+    """The built pages must read offline (a cluster's login node, a copy opened from disk): no
+    script or style sheet from a CDN (MathJax was one), no web fonts (the theme's default
+    fetches Google Fonts), and no asset under docs/ that fetches one itself."""
+    cfg = site_config()
+    for key in ("extra_javascript", "extra_css"):
+        for item in cfg.get(key) or []:
+            assert not REMOTE.match(_entry(item)), (
+                f"mkdocs.yml {key}: {_entry(item)} is loaded from the network"
+            )
+    assert cfg["theme"].get("font") is False, "mkdocs.yml theme.font: the theme's default loads Google Fonts"
+    assert "mathjax" not in MKDOCS.read_text().lower(), "mkdocs.yml: math is MathML made at build time"
+    for asset in [*DOCS.rglob("*.js"), *DOCS.rglob("*.css"), *DOCS.rglob("*.html")]:
+        text = asset.read_text()
+        assert not re.search(r"(?:url\(|@import|src=|href=)\s*[\"']?(?:https?:)?//", text), (
+            f"{asset.relative_to(REPO)} loads something from the network"
+        )
+
+
+def test_every_formula_of_the_docs_becomes_mathml():
+    """The docs' math, through the site's own Markdown extensions and the build's hook: every
+    formula MathML, none left as TeX for a script that is not there."""
+    markdown = pytest.importorskip("markdown")
+    pytest.importorskip("pymdownx")
+    pytest.importorskip("latex2mathml")
+    cfg = site_config()
+    assert "docs/hooks/mathml.py" in (cfg.get("hooks") or []), "mkdocs.yml: the hook that makes math MathML"
+    hook = _load_module(REPO / "docs" / "hooks" / "mathml.py")
+    names, configs = [], {}
+    for ext in cfg["markdown_extensions"]:
+        name, options = next(iter(ext.items())) if isinstance(ext, dict) else (ext, None)
+        names.append(name)
+        configs[name] = options or {}
+    formulas = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        html = markdown.markdown(page.read_text(), extensions=names, extension_configs=configs)
+        if 'class="arithmatex"' not in html:
+            continue
+        stub = type("Page", (), {"file": type("File", (), {"src_uri": str(page.relative_to(DOCS))})()})()
+        out = hook.on_page_content(html, page=stub)
+        formulas += out.count("<math ")
+        left = re.findall(r'class="arithmatex">\s*(\\[(\[].{0,60})', out)
+        assert not left, f"{page.relative_to(REPO)}: TeX not made MathML: {left}"
+    assert formulas >= 50  # the concepts and methods pages' math
+
+
+def test_the_api_page_shows_no_rest_markup():
+    """The package's docstrings use reST roles (:func:`update`) and ``::``; mkdocstrings reads
+    Markdown, so the griffe extension the site loads must leave none of them in what the API
+    page renders (every object under each module it documents)."""
+    griffe = pytest.importorskip("griffe")
+    plugins = [p for p in site_config()["plugins"] if isinstance(p, dict) and "mkdocstrings" in p]
+    handler = plugins[0]["mkdocstrings"]["handlers"]["python"]
+    extensions = [str(REPO / ext) for ext in handler["options"].get("extensions", [])]
+    package = griffe.load(
+        "sparta", search_paths=[REPO / "workflow"], extensions=griffe.load_extensions(*extensions)
+    )
+    modules = re.findall(r"^::: ([\w.]+)", API.read_text(), re.M)
+    assert modules
+
+    def objects(obj):
+        yield obj
+        for member in obj.members.values():
+            if not member.is_alias:
+                yield from objects(member)
+
+    left = []
+    for name in modules:
+        for obj in objects(package[name.removeprefix("sparta.")]):
+            text = obj.docstring.value if obj.docstring else ""
+            for m in [*ROLE.finditer(text), *re.finditer(r"\S::\n", text)]:
+                left.append(f"{obj.path}: {text[max(0, m.start() - 20) : m.end() + 30]!r}")
+    assert not left, "reST markup the API page would show as text:\n" + "\n".join(left)
+
+
+@pytest.mark.slow
+def test_the_built_site_reads_offline(tmp_path):
+    """``mkdocs build --strict`` as CI runs it; then in the pages: no script or style sheet from
+    another site, math as MathML, and no reST role on the API page."""
+    pytest.importorskip("mkdocs")
+    site = tmp_path / "site"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    remote = re.compile(r"<(?:script|link)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]*\"")
+    for page in site.rglob("*.html"):
+        text = page.read_text()
+        assert not remote.search(text), f"{page.relative_to(site)}: {remote.search(text)[0]}"
+        assert not re.search(r'class="arithmatex">\s*\\[(\[]', text), f"{page.relative_to(site)}: raw TeX"
+    assert "<math " in (site / "concepts" / "index.html").read_text()
+    api = (site / "reference" / "api" / "index.html").read_text()
+    assert not re.search(r":(?:func|meth|class|attr|mod|data|exc|obj):", api)
+
+
 # --- running the commands --------------------------------------------------------------------
 
 

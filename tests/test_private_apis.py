@@ -184,3 +184,36 @@ def test_the_workflow_object_has_what_the_rules_read():
     assert ConfigSettings(config={"seed": 3}).overwrite_config == {"seed": 3}
     assert "self.configfiles = " in inspect.getsource(Workflow.__post_init__)
     assert "self.configfiles.append(" in inspect.getsource(Workflow.configfile)
+
+
+# --- Snakemake: the engine's internals (each fast, so a new Snakemake fails here first) -----------
+
+
+def test_snakemake_has_the_internals_the_engine_reads():
+    """sparta.engine reads these Snakemake internals (docs/development/private-apis.md): the
+    lock files its lock() writes, the lock writer and deleter, the persistence cache, the
+    DAG's consumers of a job, and the IOFile and Rule calls behind the suffix output index."""
+    import snakemake.api  # noqa: F401 (snakemake.dag imports back into the workflow: the API first)
+    from snakemake.dag import DAG
+    from snakemake.io import _IOFile
+    from snakemake.persistence import PersistenceBase
+    from snakemake.persistence.file import FilePersistence
+    from snakemake.rules import Rule
+
+    assert "self._lockfile" in inspect.getsource(FilePersistence), "FilePersistence._lockfile"
+    for cls, name in [
+        (FilePersistence, "_write_locks"),
+        (FilePersistence, "_delete_locks"),
+        (PersistenceBase, "_clear_cache"),
+        (PersistenceBase, "cleanup_locks"),
+        (Rule, "products"),
+        (Rule, "is_producer"),
+        (_IOFile, "constant_prefix"),
+        (_IOFile, "constant_suffix"),
+        (_IOFile, "match"),
+    ]:
+        assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name}"
+    assert "self.depending" in inspect.getsource(DAG.__init__), "DAG.depending"
+    import snakemake.dag
+
+    assert hasattr(snakemake.dag, "OutputIndex"), "snakemake.dag.OutputIndex (replaced by the suffix index)"

@@ -463,3 +463,49 @@ def test_a_bf16_lm_head_goes_to_trls_kernel_without_an_fp32_copy(sft_adapter, mo
     head = model.get_base_model().get_output_embeddings().weight
     assert head.dtype == torch.bfloat16 and out.label_mask.sum() == 5
     assert torch.isfinite(out.log_probs).all() and (out.log_probs[out.label_mask] < 0).all()
+
+
+def test_a_dpo_job_stopped_midway_continues_from_its_save_bit_for_bit(sft_adapter, tmp_path, monkeypatch):
+    """A DPO job killed after its progress was saved (a time limit, a requeue), then run
+    again: it continues from the save (same pairs, steps and seeds) and its adapter and loss
+    equal an uninterrupted job's bit for bit. Other inputs never take over a save."""
+    from transformers import TrainerCallback
+
+    import sparta.train as train
+
+    base, adapter = sft_adapter
+    spec = MemberSpec("ann", str(base), str(adapter))
+    pairs = pd.concat([PAIRS] * 3, ignore_index=True)  # 6 steps of one pair
+    params = DPOSettings(learning_rate=1e-2, max_length=128, save_minutes=1e-9)  # a save every step
+
+    def run(out, stop_at=None):
+        class Stop(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                if state.global_step == stop_at:
+                    raise KeyboardInterrupt  # the job is killed here, after step 3's save
+
+        callbacks = train.progress_callback
+        if stop_at:
+            monkeypatch.setattr(train, "progress_callback", lambda *a: Stop())
+        try:
+            return dpo_member(spec, pairs, out, params, LoraSettings(), CPU, seed=3)
+        finally:
+            monkeypatch.setattr(train, "progress_callback", callbacks)
+
+    whole = run(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "stopped", stop_at=3)
+    saves = sorted(p.name for p in (tmp_path / "stopped" / "trainer").glob("checkpoint-*"))
+    assert saves == ["checkpoint-3"], saves  # the last save only
+    resumed = run(tmp_path / "stopped")
+    a, b = (load_file(tmp_path / f / "adapter" / "adapter_model.safetensors") for f in ("whole", "stopped"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["steps"] == whole["steps"] == 6 and resumed["train_loss"] == whole["train_loss"]
+    assert not (tmp_path / "stopped" / "trainer").exists()  # removed once the job is done
+    # a save made for other pairs is not continued: the job starts afresh
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "other", stop_at=3)
+    fresh = dpo_member(
+        spec, pairs.iloc[::-1].reset_index(drop=True), tmp_path / "other", params, LoraSettings(), CPU, seed=3
+    )
+    assert fresh["steps"] == 6 and fresh["log_history"][0]["step"] == 1

@@ -376,6 +376,15 @@ class DPOSettings:
     )
     loss_type: LossType = setting("sigmoid", help="TRL DPO loss (sigmoid is the original DPO).")
     gradient_checkpointing: bool = setting(False, help=CHECKPOINTING)
+    save_minutes: float = setting(
+        10.0,
+        ge=0,
+        help="A DPO job saves its progress (adapter, optimizer, schedule, data position, random "
+        "state) in its member's folder at the first step after every this many minutes (0: never); "
+        "run again after a time limit, a requeue or a kill, it continues from the last save with the "
+        "result of an uninterrupted job.",
+        added="DPO progress saves",
+    )
 
 
 @dataclass(frozen=True)

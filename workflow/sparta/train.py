@@ -8,9 +8,11 @@ gets a fresh LoRA, whose reference (adapters off) is the same base model.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,6 +371,37 @@ LOGGED = (
 )
 
 
+def progress(folder: Path, inputs: list) -> str | None:
+    """The last progress a DPO job saved in ``folder`` (its trainer folder, beside its
+    outputs: not removed when the job reruns) for these same ``inputs`` (member, seed, loss,
+    trainer arguments, pairs), or None, the folder then emptied for a fresh start."""
+    key = hashlib.sha256(repr(inputs).encode()).hexdigest()
+    stamp = folder / "inputs.sha256"
+    saves = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    if saves and stamp.is_file() and stamp.read_text() == key:
+        return str(saves[-1])
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    stamp.write_text(key)
+    return None
+
+
+def save_every(minutes: float):
+    """A trainer callback: save the training state at the first step after every ``minutes``
+    (the trainer keeps its last save only: ``save_total_limit`` 1)."""
+    from transformers import TrainerCallback
+
+    class SaveEvery(TrainerCallback):
+        last = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() - self.last >= minutes * 60:
+                control.should_save, self.last = True, time.monotonic()
+            return control
+
+    return SaveEvery()
+
+
 def training_log(history: list[dict], member: str, iteration: int, stage: str, examples: int) -> pd.DataFrame:
     """A trainer's log history as a training_log table: one row per logged step (and the
     final summary row, with train_loss), metric names without slashes."""
@@ -487,6 +520,7 @@ class _DPOJob:
             gradient_accumulation_steps=params.gradient_accumulation,
             gradient_checkpointing=params.gradient_checkpointing,
             max_length=params.max_length,
+            save_total_limit=1,  # the last progress save only (save_every)
             precompute_ref_log_probs=True,
             disable_dropout=True,  # TRL's default, stated: the LoRA dropout is off in DPO
             padding_free=False,
@@ -504,6 +538,8 @@ class _DPOJob:
         adapter_dir = out_dir / "adapter"
         model = self.trainable.attach(spec, seed)
         args = self.args(spec.name, seed, out_dir)
+        same = {k: v for k, v in args.to_dict().items() if k not in ("logging_dir", "run_name", "output_dir")}
+        resume = progress(Path(args.output_dir), [spec, seed, self.loss, same, prefs.to_json()])
         set_seed(seed)
         extra = {}
         trainer_class = with_pair_tree(DPOTrainer)
@@ -519,22 +555,34 @@ class _DPOJob:
                 prefs, self.runtime.system_prompt, win_probs=self.loss == "sppo"
             ),
             processing_class=tok,
-            callbacks=[progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name)],
+            callbacks=[
+                progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name),
+                *([save_every(self.params.save_minutes)] if self.params.save_minutes else []),
+            ],
             **extra,
         )
         log.info("%s: %d pairs; reference log-probabilities first, then training", spec.name, len(prefs))
-        result = trainer.train()
+        if resume:
+            log.info("%s: continuing from the progress saved in %s", spec.name, resume)
+        result = trainer.train(resume_from_checkpoint=resume)
         # save only the member's own adapter, not TRL's frozen "ref" copy
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
         follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)
         self.trainable.detach()
+        # the mean step loss over every step, in the trainer's own order of addition (its
+        # training_loss counts only the steps since a resume)
+        history = list(trainer.state.log_history)
+        losses = [e["loss"] for e in history if "loss" in e]
+        train_loss = sum(losses) / len(losses) if losses else float(result.training_loss)
+        if history and "train_loss" in history[-1]:
+            history[-1] = {**history[-1], "train_loss": train_loss}
         return {
             "pairs": len(prefs),
             "steps": int(result.global_step),
-            "train_loss": float(result.training_loss),
+            "train_loss": float(train_loss),
             "adapter": str(adapter_dir),
-            "log_history": list(trainer.state.log_history),
+            "log_history": history,
         }
 
 

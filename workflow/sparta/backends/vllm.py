@@ -89,6 +89,9 @@ def check_adapters(specs) -> None:
 
 def _import_vllm(options: VLLMSettings):
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    # vLLM's own logging set-up would silence the loggers made before it (the job log would end at
+    # the engine's start): its records go to the job's log through the root logger instead
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     if options.batch_invariant:
         os.environ.setdefault("VLLM_BATCH_INVARIANT", "1")
     try:
@@ -96,6 +99,9 @@ def _import_vllm(options: VLLMSettings):
     except ImportError as e:  # pragma: no cover - depends on the machine
         raise ImportError(f"{INSTALL} ({e})") from e
     return vllm
+
+
+BLAS_THREADS = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
 def engine_dtype(dtype: str) -> str:
@@ -110,6 +116,12 @@ def engine_dtype(dtype: str) -> str:
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
+        # vLLM binds its worker's OpenMP threads to the cores it picks (OMP_NUM_THREADS of its
+        # own); a BLAS thread count inherited from the job (Snakemake sets MKL_NUM_THREADS and
+        # the like to the job's threads) puts more threads than cores on them: on 2 cores the
+        # embedded pool's combat took 5 minutes instead of 7 s. The worker takes vLLM's count.
+        for var in BLAS_THREADS:
+            os.environ.pop(var, None)
         return "float32" if dtype == "auto" else dtype
     raise RuntimeError(
         "backend: vllm needs a CUDA GPU (or vLLM's CPU build), and this job sees neither: "

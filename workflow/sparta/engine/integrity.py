@@ -211,11 +211,19 @@ def shared_bases(workflow, rules) -> None:
     original = DAG.update_needrun
 
     async def update_needrun(self, *args, **kwargs):
-        depending = getattr(self, "depending", None)
+        depending = getattr(self, "depending", None)  # DAG.depending (docs: private APIs)
+        if depending is None:  # renamed: this part is off, said once, never silently
+            if not _state.get("said"):
+                _state["said"] = True
+                print(
+                    "sparta: engine: Snakemake's DAG has no 'depending' (an internal): a shared base "
+                    "rebuilt with the same bytes now reruns what depends on it",
+                    file=sys.stderr,
+                )
+            return await original(self, *args, **kwargs)
         hidden = {}
-        if depending is not None:
-            for job in [j for j in depending if getattr(j, "rule", None) and j.rule.name in _state["bases"]]:
-                hidden[job] = depending.pop(job)
+        for job in [j for j in depending if getattr(j, "rule", None) and j.rule.name in _state["bases"]]:
+            hidden[job] = depending.pop(job)
         try:
             return await original(self, *args, **kwargs)
         finally:
