@@ -339,3 +339,24 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     assert {"hf://datasets/openai/gsm8k", "hf://datasets/GBaker/MedQA-USMLE-4-options"} <= ids
     text = "".join((configs / n).read_text() for n in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml"))
     assert "EDIT" not in text  # only the tasks whose data is not on the hub name a file to supply
+
+
+def test_every_script_that_can_start_vllm_runs_only_under_a_main_guard():
+    """vLLM spawns its engine processes, and a spawned child imports the job script again:
+    a script that serves members does its work only under ``if __name__ == "__main__":``
+    (a body at module level would run again in the child and the job die), then ends through
+    sparta.jobs.finish."""
+    import ast
+
+    scripts = REPO / "workflow" / "scripts"
+    serving = [
+        p for p in sorted(scripts.glob("*.py")) if re.search(r"served_members|open_backend", p.read_text())
+    ]
+    assert {p.stem for p in serving} >= {"combat", "judge", "evaluate_member", "pair_accuracy"}
+    for path in serving:
+        tree = ast.parse(path.read_text())
+        body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+        body = [n for n in body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert len(body) == 1 and isinstance(body[0], ast.If), f"{path.name}: work outside the __main__ guard"
+        guard = ast.unparse(body[0])
+        assert guard.startswith("if __name__ == '__main__':") and "finish()" in guard, path.name

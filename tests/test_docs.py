@@ -296,6 +296,7 @@ def _folder(root: Path, example: str | None) -> Path:
         text = (REPO / "slurm" / "config.yaml").read_text()
         kept = [line for line in text.splitlines() if not line.startswith("software-deployment-method")]
         (work / "slurm" / "config.yaml").write_text("\n".join(kept) + "\n")
+        (work / "slurm" / "venv").symlink_to(REPO / "slurm" / "venv")  # the profile without conda
     if example:
         (work / "my.yaml").write_text(_stand_in(example, root / f"{key}-files"))
     return work

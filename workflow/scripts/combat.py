@@ -5,7 +5,7 @@ import pandas as pd
 
 from sparta import tables
 from sparta.chat import chat_ids
-from sparta.jobs import as_list, by_base, served_members
+from sparta.jobs import as_list, by_base, finish, served_members
 from sparta.logs import setup
 from sparta.methods import samples_per_prompt
 from sparta.seeds import derive_seed
@@ -57,3 +57,4 @@ def main(sm):
 # the job runs only in the process Snakemake started (vLLM's rule for a script that starts it)
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821
+    finish()  # with a vLLM engine: the process ends here (sparta.jobs.finish)

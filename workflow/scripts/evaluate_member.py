@@ -5,7 +5,7 @@ import pandas as pd
 
 from sparta import tables
 from sparta.evaluate import evaluate_checkpoint
-from sparta.jobs import as_list, by_base, served_members
+from sparta.jobs import as_list, by_base, finish, served_members
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.settings import job_settings
@@ -49,3 +49,4 @@ def main(sm):
 # the job runs only in the process Snakemake started (vLLM's rule for a script that starts it)
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821
+    finish()  # with a vLLM engine: the process ends here (sparta.jobs.finish)

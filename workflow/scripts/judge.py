@@ -3,7 +3,7 @@ self-judging, meta-judging or annotator; SPIN none); in a pool job all requests 
 same batches. One judgments table per served member."""
 
 from sparta import tables
-from sparta.jobs import as_list, served_members
+from sparta.jobs import as_list, finish, served_members
 from sparta.judging import defences
 from sparta.logs import setup
 from sparta.methods import JudgeRun, get
@@ -66,3 +66,4 @@ def main(sm):
 # the job runs only in the process Snakemake started (vLLM's rule for a script that starts it)
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821
+    finish()  # with a vLLM engine: the process ends here (sparta.jobs.finish)

@@ -7,7 +7,7 @@ from sparta import tables
 from sparta.backends import open_backend
 from sparta.chat import chat_ids
 from sparta.evaluate import option_requests
-from sparta.jobs import by_base
+from sparta.jobs import by_base, finish
 from sparta.logs import setup
 from sparta.members import MemberSpec
 from sparta.metrics import wilson_interval
@@ -82,3 +82,4 @@ def main(sm):
 # the job runs only in the process Snakemake started (vLLM's rule for a script that starts it)
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821
+    finish()  # with a vLLM engine: the process ends here (sparta.jobs.finish)

@@ -38,3 +38,22 @@ def by_base(specs: list[MemberSpec]) -> list[list[int]]:
     for i, spec in enumerate(specs):
         groups.setdefault(spec.base, []).append(i)
     return list(groups.values())
+
+
+def finish() -> None:
+    """The end of a job script that may have started a vLLM engine, its outputs written: the
+    process ends here, its logs flushed, without the interpreter's teardown, in which vLLM
+    0.32's engine processes and threads have aborted the process (SIGABRT, "terminate called
+    without an active exception") after the job's work was done. A job that fails never gets
+    here: its exception ends it as before."""
+    import logging
+    import os
+    import sys
+
+    vllm = sys.modules.get("sparta.backends.vllm")
+    if vllm is None or not vllm.STARTED:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

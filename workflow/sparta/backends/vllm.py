@@ -101,6 +101,8 @@ def _import_vllm(options: VLLMSettings):
     return vllm
 
 
+STARTED: list[str] = []  # the engines this process started (sparta.jobs.finish)
+
 BLAS_THREADS = ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
@@ -231,6 +233,7 @@ class VLLMEngine:
         kwargs = engine_kwargs(base, adapters, options, dtype, seed)
         log.info("starting vLLM on %s with %d LoRA adapter(s): %s", base, len(adapters), kwargs)
         self.llm = vllm.LLM(**kwargs)
+        STARTED.append(base)
         self.v2 = uses_v2_runner(self.llm)
         # vLLM 0.32's CPU build fails on a batch of prompt log-probability requests with LoRA
         # adapters (its CPU LoRA logits op gets the sampled rows' adapter indices for the prompt
