@@ -589,9 +589,10 @@ def model_threads(stage, fanout=FANOUT):
     run has no core count of its own (no --cores): a CPU-only job there asks for cpus_per_gpu
     cores (Slurm --cpus-per-task); a profile's set-threads overrides either."""
     r = getattr(WIDE.resources, stage)
-    # a cluster run: what the job asks Slurm for (the login node's cores mean nothing there;
-    # a pool job once asked srun for them and was refused); --cores not given: the same
-    if workflow.non_local_exec or workflow.resource_settings.cores is None:
+    # a cluster run, on the login node and in the job itself: what the job asks Slurm for (the
+    # login node's or the node's cores mean nothing there: srun refused a pool job that asked for
+    # them); --cores not given: the same
+    if workflow.non_local_exec or workflow.remote_exec or workflow.resource_settings.cores is None:
         return r.gpu * r.cpus_per_gpu if r.gpu else r.cpus_per_gpu
     if r.gpu and LOCAL_CUDA:
         return r.gpu * r.cpus_per_gpu

@@ -53,6 +53,13 @@ def finish() -> None:
     vllm = sys.modules.get("sparta.backends.vllm")
     if vllm is None or not vllm.STARTED:
         return
+    import psutil  # a dependency of vLLM
+
+    children = psutil.Process().children(recursive=True)  # the engine's processes: ended first
+    for child in children:
+        child.terminate()
+    for child in psutil.wait_procs(children, timeout=15)[1]:
+        child.kill()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
