@@ -605,8 +605,9 @@ LOCAL_CUDA = sparta_config.local_cuda(WIDE)
 
 
 # Cluster resources of a model stage: settings resources.<stage>; runtime and memory grow
-# with the attempt so a retry after a Slurm time or memory limit asks for more, within the
-# partition's limits (sparta/slurm.py: SPARTA_SLURM_MAX_RUNTIME / _MAX_MEM_MB, else scontrol).
+# with the attempt so a retry after a Slurm time or memory limit asks for more, within
+# SPARTA_SLURM_MAX_RUNTIME / _MAX_MEM_MB (sparta/slurm.py). ASK_SLURM (scontrol's limits) stays
+# false while the Snakefile is parsed: Snakemake 9.27 sets the executor afterwards.
 # Account and partition come from the environment when set (or the profile's default-resources):
 # SPARTA_SLURM_PARTITION for jobs with GPUs, SPARTA_SLURM_CPU_PARTITION for those without.
 ASK_SLURM = workflow.is_main_process and workflow.non_local_exec and not workflow.dryrun

@@ -219,24 +219,3 @@ def test_a_requeued_job_and_a_killed_main_snakemake_lose_nothing(slurm, tiny_bas
     for pattern in TABLES:
         a, b = (_tables(w, pattern).drop(columns=["raw"], errors="ignore") for w in (local, work))
         pd.testing.assert_frame_equal(a, b, obj=pattern, check_exact=False, rtol=1e-5, atol=1e-5)
-
-
-def test_a_request_past_the_partition_s_limit_stops_before_submission(slurm, tiny_base, tmp_path):
-    """The partition's MaxTime (scontrol) below a stage's first attempt (dpo's 120 minutes, the
-    default): the run stops before
-    it submits a job, naming the stage, the limit and the partition."""
-    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))  # dpo: 120 min, the rest 60
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--workflow-profile"]
-    cmd += [str(REPO / "tests" / "slurm" / "profile"), "-d", str(tmp_path / "work"), "--configfile", str(cfg)]
-    before = set(j["id"] for j in slurm.jobs())
-    slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=90")
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=slurm.env)
-    finally:
-        slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=INFINITE")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert (
-        f"resources.dpo asks for 120 min, more than the limit of 90 min in partition {slurm.partition}" in out
-    )
-    assert set(j["id"] for j in slurm.jobs()) == before  # nothing submitted

@@ -3,9 +3,10 @@ retries that grow within the partition's limits.
 
 A retry after a time or memory limit asks for more (time x attempt, memory x 1.5 per extra
 attempt), never past the limit: ``SPARTA_SLURM_MAX_RUNTIME`` (minutes) and
-``SPARTA_SLURM_MAX_MEM_MB`` when set, else what ``scontrol show partition`` reports for the
-job's partition (MaxTime, MaxMemPerNode). A first attempt that already asks for more stops the
-run before any job is submitted, naming the limit.
+``SPARTA_SLURM_MAX_MEM_MB`` when set, else (``ask_slurm``, not yet wired into the workflow)
+what ``scontrol show partition`` reports for the job's partition (MaxTime, MaxMemPerNode). A
+first attempt that already asks for more stops the run before any job is submitted, naming
+the limit.
 """
 
 from __future__ import annotations
