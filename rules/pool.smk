@@ -57,7 +57,8 @@ rule hub_download:
     log:
         layout.hub_log(),
     localrule: True
-    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
+    conda:
+        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
     script:
         "../workflow/scripts/hub_download.py"
 
@@ -77,7 +78,8 @@ rule hub_dataset:
     wildcard_constraints:
         dataset=alternatives(HUB_DATASETS),
     localrule: True
-    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
+    conda:
+        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
     script:
         "../workflow/scripts/hub_dataset.py"
 

@@ -39,6 +39,7 @@ rule split_prompts:
     log:
         layout.log("{exp}", "split_prompts"),
     localrule: True
-    # no conda env: it runs where snakemake runs, in snakemake's own environment (requirements.txt)
+    conda:
+        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
     script:
         "../workflow/scripts/split_prompts.py"
