@@ -58,7 +58,7 @@ rule hub_download:
         layout.hub_log(),
     localrule: True
     conda:
-        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
+        "../envs/local.yaml"  # no torch: the login node builds no model env for it
     script:
         "../workflow/scripts/hub_download.py"
 
@@ -79,7 +79,7 @@ rule hub_dataset:
         dataset=alternatives(HUB_DATASETS),
     localrule: True
     conda:
-        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
+        "../envs/local.yaml"  # no torch: the login node builds no model env for it
     script:
         "../workflow/scripts/hub_dataset.py"
 

@@ -40,6 +40,6 @@ rule split_prompts:
         layout.log("{exp}", "split_prompts"),
     localrule: True
     conda:
-        MODEL_ENV  # tokenizers, huggingface_hub, PEFT, datasets
+        "../envs/local.yaml"  # no torch: the login node builds no model env for it
     script:
         "../workflow/scripts/split_prompts.py"

@@ -9,6 +9,24 @@ from .workflow_helpers import run_snakemake, tiny_config, write_config
 # vLLM's tests run in the vLLM environment (`make test-vllm`), which CI builds and runs; where
 # vLLM is not installed they are not collected (rather than skipped)
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["test_vllm_cpu.py"]
+_EXIT_STATUS = {"status": 0}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT_STATUS["status"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """A session that started vLLM engines in its own process (the parity tests) ends as a job
+    script does (sparta.jobs.finish: engines stopped, no interpreter teardown, in which vLLM
+    0.32 aborts the process), with pytest's own exit status."""
+    import sys
+
+    if getattr(sys.modules.get("sparta.backends.vllm"), "STARTED", None):
+        from sparta.jobs import finish
+
+        finish(_EXIT_STATUS["status"])
 
 
 @pytest.fixture(scope="session")

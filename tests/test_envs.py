@@ -206,3 +206,78 @@ def test_a_job_finds_the_package_without_installing_it(tmp_path, tiny_base):
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert (work / "results" / "tiny" / "data" / "alignment.parquet").is_file()
+
+
+NO_MODEL_LIBRARIES = """
+# A job script sees the model libraries as absent (as in envs/local.yaml, which lacks them):
+# the path finder answers None for them, so availability checks (transformers') say no and an
+# import fails with ModuleNotFoundError
+import sys
+
+BLOCKED = ("torch", "peft", "trl", "accelerate", "vllm")
+
+
+def _wrap(finder):
+    class Without:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name.split(".")[0] in BLOCKED:
+                return None
+            return finder.find_spec(name, path, target)
+
+        def __getattr__(self, attr):
+            return getattr(finder, attr)
+
+    return Without()
+
+
+import os
+
+if os.environ.get("NO_MODEL_LIBRARIES") or ".snakemake/scripts" in (sys.argv[0] if sys.argv else ""):
+    sys.meta_path[:] = [_wrap(f) if getattr(f, "__name__", "") == "PathFinder" else f for f in sys.meta_path]
+"""
+
+
+def test_the_local_rules_run_without_the_model_libraries(tmp_path, tiny_base):
+    """split_prompts, hub_download and hub_dataset run on the login node in envs/local.yaml,
+    which has transformers but no torch: a real split job of the tiny workflow whose script
+    cannot import torch, PEFT, TRL or vLLM, and the tokenizer it counts prompts with."""
+    from .workflow_helpers import tiny_config, write_config
+
+    for rule in ("hub_download", "hub_dataset", "split_prompts"):
+        text = next(p.read_text() for p in (REPO / "rules").glob("*.smk") if f"rule {rule}:" in p.read_text())
+        body = text[text.index(f"rule {rule}:") :].split("\nrule ")[0]
+        assert '"../envs/local.yaml"' in body, rule
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(NO_MODEL_LIBRARIES)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO / "workflow")])}
+    code = (
+        "import sys; "
+        "from sparta.chat import chat_ids; from sparta import lengths, hub, data, tables; "
+        f"tok = lengths._tokenizer({str(tiny_base)!r}); "
+        "print(len(chat_ids(tok, 'What is 2 + 2?', 'Be brief.'))); "
+        "print('torch' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_MODEL_LIBRARIES": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[1:] == ["False"] and int(proc.stdout.split()[0]) > 5
+    cfg = write_config(tmp_path, tiny_config(tiny_base, evaluation={"enabled": False}))
+    work = tmp_path / "work"
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-d", str(work), "--configfile", str(cfg), "--cores", "1"]
+        + ["results/tiny/data/alignment.parquet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=env,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert (work / "results" / "tiny" / "data" / "alignment.parquet").is_file()

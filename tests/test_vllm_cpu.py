@@ -2,13 +2,17 @@
 vLLM as the GPU env). Collected only where vLLM is installed (tests/conftest.py).
 
 1. The embedded pool at test size (``.test/config.yaml``) with ``backend: vllm``, as a real
-   snakemake run: every combat, judge and evaluation job starts a vLLM engine from a
-   Snakemake script job, with vLLM's engine processes spawned (``spawn``: the child imports
-   the job script again, which runs nothing outside its ``__main__`` guard).
+   snakemake run to its first evaluation: the evaluation job starts a vLLM engine with every
+   member's adapter from a Snakemake script job, with vLLM's engine processes spawned
+   (``spawn``: the child imports the job script again, which runs nothing outside its
+   ``__main__`` guard).
 2. Parity with the Hugging Face backend in float32 on the same members and inputs: greedy
    answers, continuation log-probabilities, and the judges' expected scores in every format
    the methods use (Sparta pointwise and pairwise, SPPO's pairwise annotator, self-rewarding's
    additive rubric, meta-rewarding's meta-judge).
+3. The README's cluster recipe as written, on the real Slurm of tests/slurm, with combat and
+   judging through ``backend: vllm`` in Slurm jobs, to the end; and the paper's dry run from
+   the README's login-node install.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import yaml
 from .workflow_helpers import REPO
 
 EXP = "default-small"
+MEMBERS = ("adder", "multiplier", "storyteller", "subtractor")  # config.yaml's pool
 VLLM = {"gpu_memory_utilization": 0.1, "enforce_eager": True}  # on the CPU build: of the RAM
 # tolerances over what was measured (results page: 16 of 16 greedy answers the same, whole
 # answers' log-probabilities within 8e-5 nats, expected scores within 3e-5, the meta-judge's P
@@ -39,8 +44,30 @@ SCORE_TOL = 1e-3
 SAME_GREEDY = 0.9  # share of greedy answers identical token for token, at least
 
 
+_LOGIN: dict = {}  # the login-node venv's build, started beside the embedded run (tests 3)
+
+
+def _start_login_venv(folder: Path) -> None:
+    """The login-node venv from the README's own commands (its first line), built from scratch
+    in the background while the embedded pool runs (it waits on the package registry, the run
+    on the CPU); only the venv's folder is moved out of the clone."""
+    install = _readme_blocks("bash")[0].splitlines()[0]
+    assert install.startswith("python3 -m venv .venv") and "requirements.txt" in install, install
+    venv = folder / "venv"
+    log = open(folder / "install.log", "w")
+    proc = subprocess.Popen(
+        ["bash", "-c", install.replace(".venv", str(venv))], cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+    )
+    _LOGIN.update(proc=proc, venv=venv, log=folder / "install.log")
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """The embedded pool at test size through backend vllm, run by snakemake to the evaluation
+    of its initial members (checkpoint 0): the pool's adapters (SFT), then one evaluation job
+    that starts a vLLM engine with all four."""
+    if "proc" not in _LOGIN:
+        _start_login_venv(tmp_path_factory.mktemp("login"))
     work = tmp_path_factory.mktemp("vllm-run")
     override = work / "vllm.yaml"
     override.write_text(
@@ -49,7 +76,8 @@ def run(tmp_path_factory):
     )
     env = {**os.environ, "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "snakemake", "--cores", "2", "-d", str(work)]
-    cmd += ["--configfile", str(REPO / ".test" / "config.yaml"), str(override)]
+    cmd += [f"results/{EXP}/evaluation/checkpoint_0/{m}.parquet" for m in MEMBERS]
+    cmd += ["--configfile", str(REPO / ".test" / "config.yaml"), str(override)]  # last: it takes a list
     for name in ("config.yaml", "data"):  # as from the repository root
         (work / name).symlink_to(REPO / name)
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3000, env=env)
@@ -57,26 +85,27 @@ def run(tmp_path_factory):
     return work
 
 
-def test_the_embedded_pool_runs_on_vllm_from_snakemake_script_jobs(run):
-    results = run / "results" / EXP
-    logs = {p: open(p).read() for p in glob.glob(str(results / "logs" / "**" / "*.log"), recursive=True)}
+def _started_once(logs: dict[str, str]) -> list[str]:
+    """The job logs that started a vLLM engine, each whole: a job body run again in a spawned
+    engine process would start a second engine or truncate the log."""
     started = [p for p, text in logs.items() if "starting vLLM" in text]
-    # checkpoint 0 and 1 evaluated, one combat and one judge job (fan-out pool): four engines
-    kinds = {os.path.basename(p).split("_")[0] for p in started}
-    assert len(started) >= 4 and {"combat", "judge"} <= kinds, sorted(started)
-    for p in started:  # each log whole: a re-run job body in the spawned child would truncate it
+    for p in started:
         assert logs[p].count("starting vLLM") == 1, p
-    judgments = pd.concat(
-        pd.read_parquet(p) for p in glob.glob(str(results / "iter_1/round_*/judgments/*.parquet"))
-    )
-    assert len(judgments) > 0 and judgments["score"].notna().all()
-    responses = pd.concat(
-        pd.read_parquet(p) for p in glob.glob(str(results / "iter_1/round_*/responses/*.parquet"))
-    )
-    assert len(responses) > 0 and (responses["n_tokens"] > 0).all()
-    scores = glob.glob(str(results / "evaluation" / "checkpoint_*" / "*.parquet"))
-    assert scores and (results / "analysis").is_dir()
-    assert len(glob.glob(str(results / "iter_1" / "members" / "*" / "adapter" / "adapter_config.json"))) == 4
+    return started
+
+
+def _logs(results: Path) -> dict[str, str]:
+    return {p: open(p).read() for p in glob.glob(str(results / "logs" / "**" / "*.log"), recursive=True)}
+
+
+def test_the_embedded_pool_s_evaluation_runs_on_vllm_from_a_snakemake_script_job(run):
+    results = run / "results" / EXP
+    started = _started_once(_logs(results))
+    assert [os.path.basename(p) for p in started] == ["evaluate_pool.log"], started
+    for m in MEMBERS:
+        scores = pd.read_parquet(results / "evaluation" / "checkpoint_0" / f"{m}.parquet")
+        assert len(scores) > 0
+    assert len(glob.glob(str(results / "iter_0" / "members" / "*" / "adapter" / "adapter_config.json"))) == 4
 
 
 @pytest.fixture(scope="module")
@@ -167,21 +196,12 @@ def _readme_blocks(lang: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def login(tmp_path_factory):
-    """The login-node venv from the README's own commands (its first line), built from
-    scratch; only the venv's folder is moved out of the clone."""
-    folder = tmp_path_factory.mktemp("login")
-    install = _readme_blocks("bash")[0].splitlines()[0]
-    assert install.startswith("python3 -m venv .venv") and "requirements.txt" in install, install
-    venv = folder / "venv"
-    proc = subprocess.run(
-        ["bash", "-c", install.replace(".venv", str(venv))],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return venv
+    """The README's login-node venv (:func:`_start_login_venv`), its build waited for."""
+    if "proc" not in _LOGIN:
+        _start_login_venv(tmp_path_factory.mktemp("login"))
+    rc = _LOGIN["proc"].wait(timeout=1800)
+    assert rc == 0, _LOGIN["log"].read_text()[-4000:]
+    return _LOGIN["venv"]
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +229,7 @@ def _my_yaml(run, folder) -> dict:
     prompts.write_text(
         "".join(json.dumps({"instruction": f"What is {i} + {i % 7}?"}) + "\n" for i in range(1000))
     )
-    cfg["prompts"].update(file=str(prompts), per_iteration=6)
+    cfg["prompts"].update(file=str(prompts), per_iteration=3)
     cfg.update(iterations=1, vllm=dict(VLLM))
     cfg["generation"]["max_new_tokens"] = 24
     cfg["resources"] = {
@@ -264,8 +284,12 @@ def test_the_readme_cluster_recipe_runs_on_slurm_with_vllm(run, login, slurm, tm
         )
         assert proc.returncode == 0, f"{command}\n" + (proc.stdout + proc.stderr)[-6000:]
     results = tmp_path / "work" / "results" / cfg["experiment"]
-    logs = [open(p).read() for p in glob.glob(str(results / "logs" / "**" / "*.log"), recursive=True)]
-    assert sum("starting vLLM" in text for text in logs) >= 2  # combat and judge, as Slurm jobs
+    started = {os.path.basename(p).split("_")[0] for p in _started_once(_logs(results))}
+    assert {"combat", "judge"} <= started, started  # Slurm jobs, each its engine spawned once
+    judgments = pd.concat(
+        pd.read_parquet(p) for p in glob.glob(str(results / "iter_1/round_*/judgments/*.parquet"))
+    )
+    assert len(judgments) > 0 and judgments["score"].notna().all()
     pairs = pd.read_parquet(results / "iter_1" / "preferences.parquet")
     assert len(pairs) > 0 and (results / "analysis").is_dir()
     assert "reputation" in proc.stdout.lower() or len(proc.stdout.strip()) > 0  # sparta standings printed

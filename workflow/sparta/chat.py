@@ -52,3 +52,23 @@ def chat_ids(
         elif part:
             ids += tok(part, add_special_tokens=False)["input_ids"]
     return ids
+
+
+def load_tokenizer(base):
+    """The tokenizer of a base model folder, padded on the left, with its chat template (a
+    tokenizer without one is refused: every model is prompted through it). Needs transformers
+    alone, not torch: the local rules (split_prompts) count prompt tokens with it in an env
+    without torch (envs/local.yaml)."""
+    from transformers import AutoTokenizer
+
+    from .members import check_model_folder
+
+    tok = AutoTokenizer.from_pretrained(check_model_folder(base, "base model"))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"  # generation and scoring pad on the left
+    if tok.chat_template is None:
+        raise ValueError(
+            f"the tokenizer of {base} has no chat template; sparta prompts every model through it"
+        )
+    return tok

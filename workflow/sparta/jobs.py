@@ -40,12 +40,12 @@ def by_base(specs: list[MemberSpec]) -> list[list[int]]:
     return list(groups.values())
 
 
-def finish() -> None:
+def finish(status: int = 0) -> None:
     """The end of a job script that may have started a vLLM engine, its outputs written: the
-    process ends here, its logs flushed, without the interpreter's teardown, in which vLLM
-    0.32's engine processes and threads have aborted the process (SIGABRT, "terminate called
-    without an active exception") after the job's work was done. A job that fails never gets
-    here: its exception ends it as before."""
+    process ends here with ``status``, its logs flushed, without the interpreter's teardown, in
+    which vLLM 0.32's engine processes and threads have aborted the process (SIGABRT,
+    "terminate called without an active exception") after the job's work was done. A job that
+    fails never gets here: its exception ends it as before."""
     import logging
     import os
     import sys
@@ -63,4 +63,4 @@ def finish() -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)

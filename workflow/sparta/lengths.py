@@ -51,7 +51,7 @@ def candidates(prompts: pd.Series, room: int, allowance: int = ALLOWANCE) -> pd.
 
 @functools.cache
 def _tokenizer(folder: str):
-    from .models import load_tokenizer
+    from .chat import load_tokenizer
 
     return load_tokenizer(folder)
 

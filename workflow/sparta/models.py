@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from .chat import load_tokenizer as load_tokenizer  # torch-free, for the local rules
 from .files import write_folder
 from .members import MemberSpec, check_adapter_folder, check_model_folder
 from .modelfiles import gguf_path
@@ -114,18 +115,6 @@ def native_bf16(device: torch.device) -> bool:
     if device.type == "cpu":
         return cpu_features()["native_bf16"]
     return True
-
-
-def load_tokenizer(base: str | os.PathLike):
-    tok = AutoTokenizer.from_pretrained(check_model_folder(base, "base model"))
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"  # generation and scoring pad on the left
-    if tok.chat_template is None:
-        raise ValueError(
-            f"the tokenizer of {base} has no chat template; sparta prompts every model through it"
-        )
-    return tok
 
 
 def load_base(base: str | os.PathLike, device: torch.device, dtype: torch.dtype):
