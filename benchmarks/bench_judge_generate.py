@@ -1,6 +1,6 @@
 """Judgments generated in batches of different sizes (``judge.generate_batch_size``), on the
 workload of meta-rewarding's sampled judgments with reasons: the additive 5-point prompt of
-sparta/judging.py, ``--samples`` sampled judgments of each answer, up to ``--max-new-tokens``
+sparta/judging/prompts.py, ``--samples`` sampled judgments of each answer, up to ``--max-new-tokens``
 tokens each, the SmolLM2 base as the judge:
 
     python benchmarks/bench_judge_generate.py [--prompts 16] [--batch 8 48] [--threads 1]

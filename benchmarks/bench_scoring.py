@@ -1,5 +1,5 @@
 """Expected-mode scoring with shared prefixes against scoring each request alone, on the
-judge requests of each method (the real prompts of sparta/judging.py, the SmolLM2 base):
+judge requests of each method (the real prompts of sparta/judging/prompts.py, the SmolLM2 base):
 
     python benchmarks/bench_scoring.py [--prompts 12] [--threads 1] [--judge MODEL]
 

@@ -606,16 +606,18 @@ LOCAL_CUDA = sparta_config.local_cuda(WIDE)
 
 # Cluster resources of a model stage: settings resources.<stage>; runtime and memory grow
 # with the attempt so a retry after a Slurm time or memory limit asks for more, within
-# SPARTA_SLURM_MAX_RUNTIME / _MAX_MEM_MB (sparta/slurm.py). ASK_SLURM (scontrol's limits) stays
-# false while the Snakefile is parsed: Snakemake 9.27 sets the executor afterwards.
+# SPARTA_SLURM_MAX_RUNTIME / _MAX_MEM_MB, else the partition's own (scontrol; sparta/slurm.py).
+# ask_slurm is asked when a job's resources are computed: Snakemake 9.27 sets its executor when
+# the run starts, after the Snakefile is parsed (onstart checks the first attempts).
 # Account and partition come from the environment when set (or the profile's default-resources):
 # SPARTA_SLURM_PARTITION for jobs with GPUs, SPARTA_SLURM_CPU_PARTITION for those without.
-ASK_SLURM = workflow.is_main_process and workflow.non_local_exec and not workflow.dryrun
+def ask_slurm():
+    return workflow.is_main_process and workflow.non_local_exec and not workflow.dryrun
 
 
 def slurm_job(name, gpu, mem_mb, runtime):
     try:
-        return slurm.job_resources(name, gpu, mem_mb, runtime, ask_slurm=ASK_SLURM)
+        return slurm.job_resources(name, gpu, mem_mb, runtime, ask_slurm=ask_slurm)
     except slurm.LimitError as e:
         raise WorkflowError(str(e)) from None
 
@@ -678,6 +680,12 @@ onstart:
     # experiments' locks are this process's now) are cancelled before any job is submitted
     if not workflow.local_exec and workflow.is_main_process:
         slurm.cancel_orphans(os.getcwd(), list(RUNS), say=lambda line: print(line, file=sys.stderr))
+        # every job to run asks at first no more than its partition gives (scontrol), before any
+        # is submitted
+        try:
+            slurm.check_first_attempts(slurm.first_attempts(workflow))
+        except slurm.LimitError as e:
+            raise WorkflowError(str(e)) from None
     # jobs of a local run use this machine's device (a cluster's jobs are checked on their nodes)
     if workflow.local_exec:
         sparta_config.check_local_device(WIDE)

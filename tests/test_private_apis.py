@@ -214,6 +214,13 @@ def test_snakemake_has_the_internals_the_engine_reads():
     ]:
         assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name}"
     assert "self.depending" in inspect.getsource(DAG.__init__), "DAG.depending"
+    # sparta.slurm.first_attempts: the plan's jobs, local or not, their resources and rule
+    from snakemake.jobs import Job
+
+    assert callable(getattr(DAG, "needrun_jobs", None)), "DAG.needrun_jobs"
+    for name in ("is_local", "resources"):
+        assert isinstance(getattr(Job, name, None), property), f"Job.{name}"
+    assert "rule" in Job.__slots__, "Job.rule"
     import snakemake.dag
 
     assert hasattr(snakemake.dag, "OutputIndex"), "snakemake.dag.OutputIndex (replaced by the suffix index)"

@@ -219,3 +219,74 @@ def test_a_requeued_job_and_a_killed_main_snakemake_lose_nothing(slurm, tiny_bas
     for pattern in TABLES:
         a, b = (_tables(w, pattern).drop(columns=["raw"], errors="ignore") for w in (local, work))
         pd.testing.assert_frame_equal(a, b, obj=pattern, check_exact=False, rtol=1e-5, atol=1e-5)
+
+
+def test_a_request_past_the_partition_s_limit_stops_before_submission(slurm, tiny_base, tmp_path):
+    """The partition's MaxTime (scontrol, read when the run starts) below a stage's first
+    attempt (dpo's 120 minutes, the default): the run stops before it submits a job, naming
+    the stage, the limit and the partition."""
+    cfg = write_config(tmp_path, tiny_config(tiny_base, iterations=1))  # dpo: 120 min, the rest 60
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "slurm", "--workflow-profile"]
+    cmd += [str(REPO / "tests" / "slurm" / "profile"), "-d", str(tmp_path / "work"), "--configfile", str(cfg)]
+    before = set(j["id"] for j in slurm.jobs())
+    slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=90")
+    try:
+        # no partition named: the cluster's default partition (its block in scontrol's answer)
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=slurm.env)
+    finally:
+        slurm.run("scontrol", "update", f"PartitionName={slurm.partition}", "MaxTime=INFINITE")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"rule dpo asks for 120 min, more than the limit of 90 min in partition {slurm.partition}" in out
+    assert set(j["id"] for j in slurm.jobs()) == before  # nothing submitted
+
+
+# A DPO job sized to outlast a 1-minute Slurm limit (Slurm checks limits about every 30 s, so
+# the job ends 60-95 s after it starts) and to finish within its retries (2 and 3 minutes): a
+# random model of 6 layers of width 1024 (about 0.25 s a DPO step on one core of the machine
+# CI runs on), 100 epochs of its pairs (up to 6: 600 steps)
+TIMEOUT_MODEL = {"hidden": 1024, "layers": 6}
+DPO_SAVE_MINUTES = 0.1
+
+
+def test_a_dpo_job_past_its_time_limit_continues_from_its_progress(slurm, tmp_path):
+    """On the real Slurm: one member's DPO job with a 1-minute limit and more work than fits.
+    Slurm ends it (TIMEOUT) after its progress saves; the profile's retry, with more time,
+    continues from the last save, and the member's training log has every step once. (That a
+    resumed DPO gives the adapter of an uninterrupted one, bit for bit, is
+    tests/test_train.py's; here: that a Slurm time limit reaches that resume.)"""
+    from .tiny import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "model", **TIMEOUT_MODEL)
+    cfg = tiny_config(
+        base,
+        iterations=1,
+        members=[{"name": n, "base": "tiny"} for n in ("ann", "bob", "cid")],  # no SFT
+        dpo_fanout="member",
+        dpo={"learning_rate": 1.0e-3, "max_length": 256, "epochs": 100, "save_minutes": DPO_SAVE_MINUTES},
+        resources={"dpo": {"gpu": 0, "runtime": 1, "mem_mb": 1500}},
+        evaluation={"enabled": False},
+    )
+    path = write_config(tmp_path, cfg)
+    target = f"{EXP}/iter_1/members/ann/member.json"
+    cmd = [sys.executable, "-m", "snakemake", target, "--profile", "slurm", "--workflow-profile"]
+    cmd += [
+        str(REPO / "tests" / "slurm" / "profile"),
+        "-d",
+        str(tmp_path / "work"),
+        "--configfile",
+        str(path),
+    ]
+    before = {j["id"] for j in slurm.jobs()}
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, env=slurm.env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    jobs = [j for j in slurm.jobs() if j["id"] not in before and j["comment"].startswith("rule_dpo_")]
+    states = [j["state"] for j in sorted(jobs, key=lambda j: int(j["id"]))]
+    assert states[0] == "TIMEOUT" and states[-1] == "COMPLETED", (states, out[-3000:])
+    work = tmp_path / "work"
+    log = (work / EXP / "logs" / "iter_1" / "dpo_ann.log").read_text()
+    assert "ann: continuing from the progress saved in" in log, log[-3000:]
+    history = read_all(work, f"{EXP}/iter_1/members/ann/training_log.parquet")
+    steps = history[history["loss"].notna()]["step"].astype(int).tolist()
+    assert steps == list(range(1, len(steps) + 1)), steps  # every step logged once, in order

@@ -80,5 +80,16 @@ def test_the_partition_s_own_limits_from_scontrol(tmp_path, monkeypatch):
         # not asked (a local run, a dry run, a job's own snakemake): no scontrol call, no cap
         res = slurm.job_resources("resources.dpo", 1, 96000, 600, env=env)
         assert ask(res, 3) == (1800, 192000)
+        # asked when the attempt's resources are computed (the executor is known once the run
+        # starts, after the Snakefile is read): no cap while parsing, the partition's at the run
+        running = {"slurm": False}
+        res = slurm.job_resources("resources.dpo", 1, 96000, 600, ask_slurm=lambda: running["slurm"], env=env)
+        running["slurm"] = True
+        assert ask(res, 2) == (480, 128000)
+        # the run's start checks the first attempts against the partition, before any submission
+        assert ask(res, 1) == (600, 96000)  # a first attempt as asked: the run's start checks it
+        with pytest.raises(slurm.LimitError, match=r"rule dpo asks for 600 min, more than the limit of 480"):
+            slurm.check_first_attempts([slurm.Request("rule dpo", "gpu", 96000, 600)], env=env)
+        slurm.check_first_attempts([slurm.Request("resources.sft", "gpu", 1000, 60)], env=env)
     finally:
         slurm.partition_limits.cache_clear()

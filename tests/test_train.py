@@ -1,6 +1,7 @@
 """SFT and DPO of one member on a tiny random model: what must change does, the rest doesn't."""
 
 import hashlib
+import shutil
 
 import pandas as pd
 import pytest
@@ -497,6 +498,11 @@ def test_a_dpo_job_stopped_midway_continues_from_its_save_bit_for_bit(sft_adapte
         run(tmp_path / "stopped", stop_at=3)
     saves = sorted(p.name for p in (tmp_path / "stopped" / "trainer").glob("checkpoint-*"))
     assert saves == ["checkpoint-3"], saves  # the last save only
+    # killed again while it saved step 4: a save without the trainer's state (written last)
+    # beside the previous one, which is where the next run continues
+    partial = tmp_path / "stopped" / "trainer" / "checkpoint-4"
+    shutil.copytree(partial.with_name("checkpoint-3"), partial)
+    (partial / "trainer_state.json").unlink()
     resumed = run(tmp_path / "stopped")
     a, b = (load_file(tmp_path / f / "adapter" / "adapter_model.safetensors") for f in ("whole", "stopped"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

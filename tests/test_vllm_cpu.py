@@ -168,12 +168,25 @@ def test_every_expected_score_format_matches_the_hf_backend(backends):
         "pairwise (Sparta, SPPO's annotator)": (dataclasses.replace(base, format="pairwise"), SPARTA_RUBRIC),
         "additive rubric (self-rewarding)": (dataclasses.replace(base, format="pointwise"), ADDITIVE_RUBRIC),
     }
+    engine = vllm._engine(specs)
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # the prefix cache's unit
     for name, (cfg, rubric) in cases.items():
         a = _judgments(hf, specs, items, cfg, system, rubric)
+        before = dict(engine.scoring_tokens)
         b = _judgments(vllm, specs, items, cfg, system, rubric)
+        done = {k: engine.scoring_tokens[k] - before[k] for k in before}
         diff = np.abs(np.array([x.score for x in a]) - np.array([y.score for y in b]))
-        print(f"{name}: max |score diff| {diff.max():.2e} over {len(a)} judgments")
+        ratio = done["computed"] / done["once"]
+        print(
+            f"{name}: max |score diff| {diff.max():.2e} over {len(a)} judgments; prompt tokens computed "
+            f"{done['computed']} for {done['once']} of judged prompts ({ratio:.2f}x)"
+        )
         assert np.isfinite(diff).all() and diff.max() < SCORE_TOL, name
+        # one prefill per judged text, not one per candidate (10 for pointwise, 6 for the
+        # additive rubric, 2 for pairwise): each request past a prompt's own computes at most
+        # the prompt's last, partial cache block and its few candidate tokens
+        beyond = done["requests"] - done["prompts"]
+        assert done["computed"] <= done["once"] + beyond * (block + 4), (name, done, block)
     users = [f"Rate this answer to {p!r}." for p in prompts]
     pairs = [("Score: 3. It is right.", "Score: 1. It is wrong.")] * len(prompts)
     a = meta_judge(hf.serve(specs[0]), users, pairs, base, system)

@@ -1,13 +1,17 @@
 """rule evaluate_member: each served member at one checkpoint on every task; in a pool job all
 members' requests run in the same batches."""
 
+from pathlib import Path
+
 import pandas as pd
 
 from sparta import tables
 from sparta.evaluate import evaluate_checkpoint
+from sparta.hub import local
 from sparta.jobs import as_list, by_base, finish, served_members
 from sparta.logs import setup
 from sparta.members import MemberSpec
+from sparta.progress import Progress, adapter_stamp, file_stamp, run_parts
 from sparta.settings import job_settings
 from sparta.tasks import load_task
 
@@ -30,19 +34,34 @@ def main(sm):
     def serve(names):
         return backend.serve_each([by_name[n] for n in names])
 
-    frames = []
     groups = [[specs[i].name for i in group] for group in by_base(specs)]  # one base: the same batches
-    for task in tasks:
-        result = evaluate_checkpoint(serve, groups, task, system, cfg.batch_size, judge, cfg.test)
-        frames.append(result)
+
+    def run_task(i):
+        result = evaluate_checkpoint(serve, groups, tasks[i], system, cfg.batch_size, judge, cfg.test)
         means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
-        log.info("%s: %s", task.name, means)
+        log.info("%s: %s", tasks[i].name, means)
+        return result
+
+    # each finished task is kept beside the outputs: a retry after a time limit or a requeue
+    # goes on from the next task (sparta/progress.py)
+    outputs = as_list(sm.output.scores)
+    progress = Progress(
+        Path(outputs[0]).parent / ".progress" / "+".join(s.name for s in specs),
+        [
+            [(repr(s), adapter_stamp(local(s.adapter))) for s in specs],
+            repr(cfg),
+            job.runtime,
+            [file_stamp(sm.input.validation), file_stamp(sm.input.test)],
+        ],
+    )
+    frames = run_parts([t.name for t in tasks], run_task, progress, say=log.info)
     rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
-    for spec, path in zip(specs, as_list(sm.output.scores)):
+    for spec, path in zip(specs, outputs):
         out = rows[rows["member"] == spec.name].copy()
         out["checkpoint"] = int(sm.wildcards.c)
         out["prediction"] = out["prediction"].astype(str)
         tables.write(out, path, "evaluation")
+    progress.done()
 
 
 # vLLM may start its engine in a spawned process, which imports this file again as a module:

@@ -3,10 +3,12 @@ retries that grow within the partition's limits.
 
 A retry after a time or memory limit asks for more (time x attempt, memory x 1.5 per extra
 attempt), never past the limit: ``SPARTA_SLURM_MAX_RUNTIME`` (minutes) and
-``SPARTA_SLURM_MAX_MEM_MB`` when set, else (``ask_slurm``, not yet wired into the workflow)
-what ``scontrol show partition`` reports for the job's partition (MaxTime, MaxMemPerNode). A
-first attempt that already asks for more stops the run before any job is submitted, naming
-the limit.
+``SPARTA_SLURM_MAX_MEM_MB`` when set, else, in a run that submits to Slurm, what ``scontrol
+show partition`` reports for the job's partition (MaxTime, MaxMemPerNode). A first attempt
+that already asks for more stops the run before any job is submitted, naming the limit: the
+environment's caps while the Snakefile is parsed, the partition's at the run's start
+(:func:`check_first_attempts`, from the workflow's ``onstart``: Snakemake knows its executor
+only once the run starts, after the Snakefile is read).
 """
 
 from __future__ import annotations
@@ -86,13 +88,13 @@ def limits(partition: str | None, ask_slurm: bool = True, env=os.environ) -> Lim
     return found
 
 
-def job_resources(
-    name: str, gpu: int, mem_mb: int, runtime: int, ask_slurm: bool = False, env=os.environ
-) -> dict:
+def job_resources(name: str, gpu: int, mem_mb: int, runtime: int, ask_slurm=False, env=os.environ) -> dict:
     """Snakemake resources of a job (``name`` for the messages): account and partition for
     every job (``SPARTA_SLURM_PARTITION`` with GPUs, ``SPARTA_SLURM_CPU_PARTITION`` without),
-    the GPU model with GPUs, and memory and time that grow with the attempt within the caps
-    (``ask_slurm``: the partition's too, for a run that submits to Slurm)."""
+    the GPU model with GPUs, and memory and time that grow with the attempt within the caps.
+    ``ask_slurm`` (a bool, or a callable asked when the attempt's resources are computed):
+    the partition's caps too, for a run that submits to Slurm (the first attempt is checked
+    against them when the run starts: :func:`check_first_attempts`)."""
     res: dict = {}
     partition = env.get("SPARTA_SLURM_PARTITION" if gpu else "SPARTA_SLURM_CPU_PARTITION") or None
     if env.get("SPARTA_SLURM_ACCOUNT"):
@@ -101,21 +103,72 @@ def job_resources(
         res["slurm_partition"] = partition
     if gpu and env.get("SPARTA_SLURM_GPU_MODEL"):
         res["gpu_model"] = env["SPARTA_SLURM_GPU_MODEL"]
-    cap = limits(partition, ask_slurm, env)
-    where = f"in {cap.source}" if cap.source else ""
-    if cap.runtime is not None and runtime > cap.runtime:
-        raise LimitError(
-            f"{name} asks for {runtime} min, more than the limit of {cap.runtime} min {where}: "
-            f"lower resources.*.runtime, or use a partition with a longer MaxTime"
-        )
-    if cap.mem_mb is not None and mem_mb > cap.mem_mb:
-        raise LimitError(
-            f"{name} asks for {mem_mb} MB, more than the limit of {cap.mem_mb} MB {where}: "
-            f"lower resources.*.mem_mb, or use a partition with more memory per node"
-        )
-    res["mem_mb"] = lambda wc, attempt: _capped(int(mem_mb * (1 + 0.5 * (attempt - 1))), cap.mem_mb)
-    res["runtime"] = lambda wc, attempt: _capped(runtime * attempt, cap.runtime)
+    asked = ask_slurm if callable(ask_slurm) else (lambda: ask_slurm)
+    request = Request(name, partition, mem_mb, runtime)
+    check_request(request, limits(partition, bool(asked()), env))
+
+    def cap() -> Limits:
+        return limits(partition, bool(asked()), env)
+
+    # the first attempt asks for what the stage asks (check_first_attempts stops a run whose
+    # first attempt is past the limit); retries grow within it
+    def job_mem(wc, attempt):
+        return mem_mb if attempt == 1 else _capped(int(mem_mb * (1 + 0.5 * (attempt - 1))), cap().mem_mb)
+
+    def job_runtime(wc, attempt):
+        return runtime if attempt == 1 else _capped(runtime * attempt, cap().runtime)
+
+    res["mem_mb"], res["runtime"] = job_mem, job_runtime
     return res
+
+
+@dataclass(frozen=True)
+class Request:
+    """A job's first attempt: what it asks of its partition (None: the cluster's default)."""
+
+    name: str
+    partition: str | None
+    mem_mb: int
+    runtime: int
+
+
+def check_request(request: Request, cap: Limits) -> None:
+    where = f"in {cap.source}" if cap.source else ""
+    if cap.runtime is not None and request.runtime > cap.runtime:
+        raise LimitError(
+            f"{request.name} asks for {request.runtime} min, more than the limit of {cap.runtime} min "
+            f"{where}: lower resources.*.runtime, or use a partition with a longer MaxTime"
+        )
+    if cap.mem_mb is not None and request.mem_mb > cap.mem_mb:
+        raise LimitError(
+            f"{request.name} asks for {request.mem_mb} MB, more than the limit of {cap.mem_mb} MB "
+            f"{where}: lower resources.*.mem_mb, or use a partition with more memory per node"
+        )
+
+
+def first_attempts(workflow) -> list[Request]:
+    """The :class:`Request` of every job the run is to submit: its first attempt's resources
+    (Snakemake's plan, built when ``onstart`` runs: ``workflow.dag.needrun_jobs()``, each
+    job's ``resources``, a profile's ``set-resources`` applied), named by its rule. Local jobs
+    submit nothing."""
+    found = []
+    for job in workflow.dag.needrun_jobs():
+        if job.is_local:
+            continue
+        r = job.resources
+        asked = (r.get("slurm_partition"), r.get("mem_mb"), r.get("runtime"))
+        if None in asked[1:]:
+            continue
+        found.append(Request(f"rule {job.rule.name}", *asked))
+    return found
+
+
+def check_first_attempts(requests, env=os.environ) -> None:
+    """At the start of a run that submits to Slurm, before any job: every first attempt of
+    the jobs to run (their :class:`Request`) within its partition's limits as ``scontrol``
+    reports them (or the environment's caps); the first one past them raises LimitError."""
+    for request in sorted(set(requests), key=lambda r: r.name):
+        check_request(request, limits(request.partition, True, env))
 
 
 def _capped(value: int, cap: int | None) -> int:

@@ -377,7 +377,12 @@ def progress(folder: Path, inputs: list) -> str | None:
     trainer arguments, pairs), or None, the folder then emptied for a fresh start."""
     key = hashlib.sha256(repr(inputs).encode()).hexdigest()
     stamp = folder / "inputs.sha256"
-    saves = sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    # a save is complete once the trainer wrote its state, last (a job killed while saving
+    # leaves a partial one beside the previous, which the trainer removes only after)
+    saves = sorted(
+        (p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
     if saves and stamp.is_file() and stamp.read_text() == key:
         return str(saves[-1])
     shutil.rmtree(folder, ignore_errors=True)

@@ -13,14 +13,22 @@ logits may: vLLM does not promise the same numbers whatever shares a batch unles
 batch-invariant mode is on (``vllm.batch_invariant``), so a table may differ between fan-outs.
 On the older V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``) seeded rows are sampled one by one.
 
-Scoring (the judges' expected scores, multiple-choice evaluation): on the V2 runner a request
-names, for each position of the continuation, the one token to score
-(``prompt_logprob_token_ids`` from row ``prompt_logprob_start``), so vLLM computes only the
-continuation's log-probabilities, as numbers, with no top-k and nothing detokenized; on V1 it
-asks for every prompt position's (``prompt_logprobs=1``). Identical requests are sent once. The
-prompt a request scores is not read from vLLM's prefix cache: vLLM skips the cache for requests
-that score prompt positions (a cached position is not computed, so its score would be missing);
-generation requests share their prompts through it (``vllm.enable_prefix_caching``).
+Scoring (the judges' expected scores, multiple-choice evaluation) reads each prompt once. The
+candidates of one prompt (a judgment's verdicts ``1"}`` ... ``10"}``, a question's choices)
+share it and often their first tokens: every distinct prefix (the prompt, the prompt and a
+candidate's first token, ...) is one generation request of one token whose top
+log-probabilities (``logprobs``, vLLM's ``max_logprobs``, 20) give the next token of every
+candidate below it. The prompts go first; the longer prefixes then read them from vLLM's
+prefix cache (``vllm.enable_prefix_caching``) and compute only their last block. A candidate
+whose token is not among a prefix's top log-probabilities (improbable, so it moves an expected
+score little, but its number must be right) is scored as before, by a request of its own over
+prompt and candidate: on the V2 runner naming the tokens to score
+(``prompt_logprob_token_ids`` from row ``prompt_logprob_start``), on V1 asking for every
+prompt position's (``prompt_logprobs=1``). Those requests are not read from the prefix cache
+(vLLM skips it for requests that score prompt positions: a cached position is not computed).
+``TREE_SCORING = False`` scores every candidate that way (the earlier path, for comparison).
+The prompt tokens each scoring call computes are counted from vLLM's own per-request counter
+(``num_cached_tokens``) in :attr:`VLLMEngine.scoring_tokens` and the job's log.
 
 vLLM is imported only here. It runs in the GPU environment ``envs/vllm.yaml``, which Snakemake
 builds and activates for every model rule with ``--software-deployment-method conda`` (the
@@ -191,6 +199,44 @@ def scoring_params(ids: list[int], start: int, by_token_ids: bool):
     return SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=1, detokenize=False)
 
 
+TREE_SCORING = True
+"""Score candidates through their shared prefixes (one prefill per prompt); False: one
+prompt-scoring request per candidate."""
+TOP_LOGPROBS = 20  # vLLM's default max_logprobs: the next-token log-probabilities a prefix returns
+
+
+def next_token_params():
+    """``vllm.SamplingParams`` of a scoring prefix: one greedy token (thrown away) and the top
+    log-probabilities of the next token, raw (before any sampling setting)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, logprobs=TOP_LOGPROBS, detokenize=False)
+
+
+def scoring_tree(members, prompts, conts) -> tuple[list[tuple], list[tuple[int, int, list]]]:
+    """The distinct prefixes that score ``conts`` (per prompt, its candidate continuations):
+    the prefixes as (member, token ids), and for each non-empty continuation (prompt i,
+    candidate j) its path: (prefix index, token) per token."""
+    index: dict[tuple, int] = {}
+    prefixes: list[tuple] = []
+    paths = []
+    for i, (prompt, row) in enumerate(zip(prompts, conts)):
+        if len(prompt) < 1:
+            raise ValueError("a scored continuation needs a prompt of at least one token")
+        for j, cont in enumerate(row):
+            path = []
+            for k, token in enumerate(cont):
+                ids = tuple(prompt) + tuple(cont[:k])
+                key = (members[i].adapter, ids)
+                if key not in index:
+                    index[key] = len(prefixes)
+                    prefixes.append((members[i], list(ids)))
+                path.append((index[key], int(token)))
+            if path:
+                paths.append((i, j, path))
+    return prefixes, paths
+
+
 def summed_logprob(output, ids: list[int], start: int) -> float:
     """The log-probability of ``ids[start:]`` given ``ids[:start]``, from a ``RequestOutput``
     of :func:`scoring_params`: its ``prompt_token_id_logprobs`` (one column, a row per
@@ -228,6 +274,9 @@ class VLLMEngine:
         base = local_folder(base)  # a hub id: its snapshot folder in the cache (sparta.hub)
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}
+        # scoring's prompt tokens: requests, tokens sent, computed (not from the prefix cache), and
+        # the scored prompts' own length once each (what one prefill per prompt computes)
+        self.scoring_tokens = {"requests": 0, "prompt": 0, "computed": 0, "once": 0, "prompts": 0}
         adapters = [s for s in specs if s.adapter]
         check_adapters(adapters)
         kwargs = engine_kwargs(base, adapters, options, dtype, seed)
@@ -269,7 +318,73 @@ class VLLMEngine:
             for o in outs
         ]
 
+    def _count(self, outputs) -> None:
+        for out in outputs:
+            n = len(out.prompt_token_ids or [])
+            cached = int(getattr(out, "num_cached_tokens", 0) or 0)
+            self.scoring_tokens["requests"] += 1
+            self.scoring_tokens["prompt"] += n
+            self.scoring_tokens["computed"] += n - cached
+
     def continuation_logprobs(self, members, prompts, conts) -> list[list[float]]:
+        """Log-probability of each continuation given its prompt, summed over its tokens (0
+        for an empty one): through the candidates' shared prefixes (module docstring), the
+        rest by :meth:`prompt_scores`."""
+        scored = {
+            (members[i].adapter, tuple(p)) for i, (p, row) in enumerate(zip(prompts, conts)) if any(row)
+        }
+        self.scoring_tokens["once"] += sum(len(ids) for _, ids in scored)
+        self.scoring_tokens["prompts"] += len(scored)
+        if not TREE_SCORING:
+            return self.prompt_scores(members, prompts, conts)
+        before = dict(self.scoring_tokens)
+        prefixes, paths = scoring_tree(members, prompts, conts)
+        result: list[list[float]] = [[0.0] * len(row) for row in conts]
+        roots = sorted({path[0][0] for _, _, path in paths})
+        rest = sorted(set(range(len(prefixes))) - set(roots))
+        nexts: list = [None] * len(prefixes)
+        for batch in (roots, rest):  # the prompts first: the longer prefixes read them from the cache
+            if not batch:
+                continue
+            outs = self.llm.generate(
+                [{"prompt_token_ids": prefixes[n][1]} for n in batch],
+                next_token_params(),
+                lora_request=[self._lora(prefixes[n][0]) for n in batch],
+                use_tqdm=False,
+            )
+            self._count(outs)
+            for n, out in zip(batch, outs):
+                nexts[n] = out.outputs[0].logprobs[0]
+        missing = []
+        for i, j, path in paths:
+            found = [nexts[n].get(token) for n, token in path]
+            if any(lp is None for lp in found):
+                missing.append((i, j))
+            else:
+                result[i][j] = float(sum(lp.logprob for lp in found))
+        if missing:
+            exact = self.prompt_scores(
+                [members[i] for i, _ in missing],
+                [prompts[i] for i, _ in missing],
+                [[conts[i][j]] for i, j in missing],
+            )
+            for (i, j), row in zip(missing, exact):
+                result[i][j] = row[0]
+        done = {k: self.scoring_tokens[k] - before[k] for k in before}
+        log.info(
+            "scored %d continuations of %d prompts: %d requests (%d outside the top %d), %d prompt tokens, "
+            "%d computed (the rest from the prefix cache)",
+            sum(len(row) for row in conts),
+            len(prompts),
+            done["requests"],
+            len(missing),
+            TOP_LOGPROBS,
+            done["prompt"],
+            done["computed"],
+        )
+        return result
+
+    def prompt_scores(self, members, prompts, conts) -> list[list[float]]:
         """Prompt log-probabilities of prompt + continuation, summed over the continuation
         (0 for an empty one, which needs no request); identical requests sent once."""
         flat = [(i, list(p) + list(c), len(p)) for i, (p, row) in enumerate(zip(prompts, conts)) for c in row]
@@ -296,6 +411,7 @@ class VLLMEngine:
             ]
         else:
             outs = self.llm.generate(requests, params, lora_request=loras, use_tqdm=True) if requests else []
+        self._count(outs)
         for (i, ids, start), k in zip(flat, order):
             result[i].append(0.0 if k is None else summed_logprob(outs[k], ids, start))
         return result

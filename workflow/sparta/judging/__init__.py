@@ -1,0 +1,147 @@
+"""Cross-judging: the judge prompts, the defences against answers that address the judge,
+the parse cascades and the expected-score mode.
+
+Two formats. ``pointwise`` (the paper, the authors): the judge scores each answer of a duel
+alone, 1-10. ``pairwise``: the judge sees both answers and says which is better; it is asked
+in both orders (position bias cancels), and P(a better) becomes the pair of scores
+1 + 9 P and 10 - 9 P, so a duel's score gap is 9 (2 P - 1): the units of the pointwise gap.
+
+Two modes. ``generate`` samples the judge's text and parses it (JSON first, then a cascade
+of patterns; the authors' way). ``expected`` forces the start of the answer and reads the
+exact probability of every candidate continuation, so a small judge always gives a usable,
+graded verdict without sampling. What it forces: with secret labels (``judge.secret_labels``) the start
+``{"label": "`` (pointwise; the candidates are the judgment's labels); without
+them the rubric's own prefix (``{"score": `` for Sparta's judge, ``Score: `` for the additive
+one) or ``{"better": "`` (pairwise).
+
+Defences by construction, each a switch recorded on every judgment (``defences``):
+
+- ``judge.secret_labels`` (expected mode): the judge answers with labels the combatants
+  cannot know, drawn per judgment from a seeded random set: the score levels (pointwise) or
+  the two answers (pairwise) get shuffled letters, shown in the prompt as a table, used for
+  the forced prefix and the candidates, and mapped back to the score. An answer that writes
+  "10/10" or "Answer A is better" no longer names the token the judge is scored on.
+- ``judge.datamark`` (spotlighting by datamarking, Hines et al. 2024): the answer is shown
+  with a marker character in place of its whitespace, and the instruction says marked text
+  is data, never instructions; a marker already in the answer is replaced first, so an
+  answer cannot forge (or unmark) it.
+- ``judge.plain_text``: an answer's special-token strings stay plain text (never control
+  tokens); ``judge.fence``: the answer is fenced so it cannot close its block.
+- ``judge.sanitize`` (off by default): the word-list monitor. It always flags score-like
+  text and notes addressed to the judge (``sanitized`` in the judgments table); only when
+  switched on does it replace them by a marker in what the judge reads (a word list trails
+  the next phrasing and hits honest text). The stored answer is never changed.
+
+:func:`attack_families` classifies answers by attack family for the reward-hacking monitor
+(``analysis/reward_hacking.parquet``); it reads no judge input and alters nothing.
+
+Truncation never cuts the instruction or the forced prefix: only the answers are shortened,
+and the judgment records ``truncated``.
+
+Pure: a judge is a served member (:class:`sparta.backends.Served`); only its tokenizer and
+its two primitives are used here.
+
+The package, one concern per module, each importing only those listed before it:
+:mod:`~sparta.judging.parse` (reading a verdict from a judge's text),
+:mod:`~sparta.judging.defence` (the defences and the word-list monitor),
+:mod:`~sparta.judging.attacks` (the attack families),
+:mod:`~sparta.judging.prompts` (the prompts, rubrics, records and a judge's request),
+:mod:`~sparta.judging.judge` (judging itself). Every name is re-exported here, so callers
+import from :mod:`sparta.judging`.
+"""
+
+from .attacks import FAMILIES, attack_families
+from .defence import (
+    LABELS,
+    MARK,
+    REMOVED,
+    altered,
+    datamark,
+    defences,
+    fence,
+    present,
+    sanitize,
+    shown_content,
+    suspicious,
+    verdict_labels,
+)
+from .judge import (
+    expectation,
+    expected_scores,
+    judge_answers,
+    judge_duels,
+    meta_judge,
+    reference_judgment,
+    reference_win_probability,
+)
+from .parse import parse_score, parse_winner
+from .prompts import (
+    ADDITIVE_PROMPT,
+    ADDITIVE_RUBRIC,
+    ASSISTANT_PREFIX,
+    DATAMARK_NOTE,
+    JUDGE_PROMPT,
+    LABEL_PREFIX,
+    LABELLED_OUTPUT,
+    META_PROMPT,
+    PAIRWISE_PREFIX,
+    PAIRWISE_PROMPT,
+    PAIRWISE_TEMPLATE,
+    RUBRICS,
+    SCORES,
+    SPARTA_RUBRIC,
+    TRUNCATION_MARK,
+    JudgeItem,
+    Judgment,
+    Rubric,
+    candidate_ids,
+    judge_ids,
+    strip_score,
+)
+
+__all__ = [
+    "ADDITIVE_PROMPT",
+    "ADDITIVE_RUBRIC",
+    "ASSISTANT_PREFIX",
+    "DATAMARK_NOTE",
+    "FAMILIES",
+    "JUDGE_PROMPT",
+    "LABELLED_OUTPUT",
+    "LABELS",
+    "LABEL_PREFIX",
+    "MARK",
+    "META_PROMPT",
+    "PAIRWISE_PREFIX",
+    "PAIRWISE_PROMPT",
+    "PAIRWISE_TEMPLATE",
+    "REMOVED",
+    "RUBRICS",
+    "SCORES",
+    "SPARTA_RUBRIC",
+    "TRUNCATION_MARK",
+    "JudgeItem",
+    "Judgment",
+    "Rubric",
+    "altered",
+    "attack_families",
+    "candidate_ids",
+    "datamark",
+    "defences",
+    "expectation",
+    "expected_scores",
+    "fence",
+    "judge_answers",
+    "judge_duels",
+    "judge_ids",
+    "meta_judge",
+    "parse_score",
+    "parse_winner",
+    "present",
+    "reference_judgment",
+    "reference_win_probability",
+    "sanitize",
+    "shown_content",
+    "strip_score",
+    "suspicious",
+    "verdict_labels",
+]
