@@ -24,6 +24,7 @@ Pure: no model, no tokenizer.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import functools
 import json
@@ -63,11 +64,6 @@ class CostError(ValueError):
 
 # --- the throughput table -------------------------------------------------------------------
 
-H200_GPU_CHECK = (
-    "one NVIDIA H200, 2026-12-04, commit 4de8557: benchmarks/gpu_check.py, HF backend, "
-    "random weights, bf16 (docs/results.md, On a GPU)"
-)
-
 
 @dataclass(frozen=True)
 class Rate:
@@ -84,98 +80,17 @@ class Rate:
     source: str
 
 
-RATES: tuple[Rate, ...] = (
-    Rate(
-        "decode",
-        "135M",
-        "hf",
-        "H200",
-        569,
-        "measured",
-        f"{H200_GPU_CHECK}: 16,384 tokens in 28.8 s, 128 rows in one batch "
-        "(its per-row sampler since replaced, not remeasured)",
-    ),
-    Rate(
-        "decode",
-        "7B",
-        "hf",
-        "H200",
-        393,
-        "measured",
-        f"{H200_GPU_CHECK}: 15,966 tokens in 40.6 s, 64 rows in one batch "
-        "(its per-row sampler since replaced, not remeasured)",
-    ),
-    Rate(
-        "read",
-        "135M",
-        "hf",
-        "H200",
-        9_000,
-        "measured",
-        f"{H200_GPU_CHECK}: 32.2 expected-mode judgments/s x about 280 prompt tokens each "
-        "(judge prompt with a 128-token answer; the tokens are an estimate)",
-    ),
-    Rate(
-        "read",
-        "7B",
-        "hf",
-        "H200",
-        7_800,
-        "measured",
-        f"{H200_GPU_CHECK}: 19.3 expected-mode judgments/s x about 400 prompt tokens each "
-        "(judge prompt with a 250-token answer; the tokens are an estimate)",
-    ),
-    Rate(
-        "train",
-        "135M",
-        "trl",
-        "H200",
-        290,
-        "measured",
-        f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 10.3 s, whole job "
-        "with start-up, about 376 tokens a pair (estimate): a long job runs faster",
-    ),
-    Rate(
-        "train",
-        "7B",
-        "trl",
-        "H200",
-        82,
-        "measured",
-        f"{H200_GPU_CHECK}: DPO of 8 pairs (batch 1, max length 512) in 60.5 s, whole job "
-        "with start-up, about 620 tokens a pair (estimate): a long job runs faster",
-    ),
-    Rate(
-        "decode",
-        "7B",
-        "vllm",
-        "H100",
-        2_500,
-        "assumption",
-        "vLLM, a 7B base with many LoRA adapters in one engine (docs/guides/paper.md)",
-    ),
-    Rate(
-        "read",
-        "7B",
-        "vllm",
-        "H100",
-        20_000,
-        "assumption",
-        "vLLM prompt processing with prompt log-probabilities, 7B (docs/guides/paper.md)",
-    ),
-    Rate(
-        "train",
-        "7B",
-        "trl",
-        "H100",
-        2_000,
-        "assumption",
-        "TRL + PEFT DPO, LoRA r 16, batch 1: 0.5 s per pair of about 1,000 tokens (docs/guides/paper.md)",
-    ),
-    Rate("decode", "135M", "vllm", "H100", 20_000, "assumption", "vLLM, a 135M base, large batches"),
-    Rate("read", "135M", "vllm", "H100", 200_000, "assumption", "vLLM prompt processing, a 135M base"),
-)
-"""The throughput table: each row measured (machine and date in its source) or assumed."""
+RATES_FILE = Path(__file__).with_name("rates.csv")
+"""The throughput table, a data file beside this module: each row measured (machine, date and
+commit in its source) or assumed; ``docs/guides/paper.md`` prints it."""
+
+
+def read_rates(path: Path = RATES_FILE) -> tuple[Rate, ...]:
+    with open(path, newline="") as f:
+        return tuple(Rate(**{**row, "tokens_per_s": float(row["tokens_per_s"])}) for row in csv.DictReader(f))
+
+
+RATES: tuple[Rate, ...] = read_rates()
 
 DEVICES = tuple(dict.fromkeys(r.device for r in RATES))
 SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([mb])(?![a-z0-9])", re.I)
