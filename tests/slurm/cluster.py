@@ -168,6 +168,21 @@ class LocalSlurm:
                 SYSTEM_CONF.unlink()
 
     def _stop_daemons(self) -> None:
+        try:  # every job first: a job step slurmd started outlives a shutdown daemon
+            subprocess.run(
+                ["scancel", "--full", "--state=RUNNING,PENDING", "--user", str(os.geteuid())],
+                capture_output=True,
+                env=self.env,
+                timeout=30,
+            )
+            for _ in range(40):
+                if not self.run(
+                    "squeue", "--noheader", "--states=RUNNING,PENDING,COMPLETING", check=False
+                ).strip():
+                    break
+                time.sleep(0.5)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             subprocess.run(["scontrol", "shutdown"], capture_output=True, env=self.env, timeout=60)
         except subprocess.TimeoutExpired:
