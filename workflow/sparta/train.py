@@ -8,7 +8,6 @@ gets a fresh LoRA, whose reference (adapters off) is the same base model.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -22,6 +21,7 @@ import torch
 from .files import follow_umask
 from .members import MemberSpec, check_adapter_folder
 from .models import load_base, load_tokenizer, native_bf16, pick_device, pick_dtype
+from .progress import Progress
 from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
 
 log = logging.getLogger(__name__)
@@ -374,21 +374,16 @@ LOGGED = (
 def progress(folder: Path, inputs: list) -> str | None:
     """The last progress a DPO job saved in ``folder`` (its trainer folder, beside its
     outputs: not removed when the job reruns) for these same ``inputs`` (member, seed, loss,
-    trainer arguments, pairs), or None, the folder then emptied for a fresh start."""
-    key = hashlib.sha256(repr(inputs).encode()).hexdigest()
-    stamp = folder / "inputs.sha256"
+    trainer arguments, pairs), or None; a folder kept for other inputs is emptied
+    (:class:`sparta.progress.Progress`)."""
+    Progress(folder, inputs)
     # a save is complete once the trainer wrote its state, last (a job killed while saving
     # leaves a partial one beside the previous, which the trainer removes only after)
     saves = sorted(
         (p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
         key=lambda p: int(p.name.split("-")[1]),
     )
-    if saves and stamp.is_file() and stamp.read_text() == key:
-        return str(saves[-1])
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    stamp.write_text(key)
-    return None
+    return str(saves[-1]) if saves else None
 
 
 def save_every(minutes: float):
