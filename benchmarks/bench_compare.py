@@ -13,15 +13,15 @@ Two questions, two targets:
 
 - *conditional on these training runs*: the mean of the k runs' own delta_s (what these runs
   would score on new test items). The item bootstrap stratified by seed
-  (``sparta.compare.paired_bootstrap``, what ``comparison.tsv`` reports) answers it.
+  (``sparta.significance.paired_bootstrap``, what ``comparison.tsv`` reports) answers it.
 - *a new training run*: delta itself (the mean over runs one could train). Only an interval
   over seeds answers it: the seed-level t interval with k - 1 degrees of freedom
-  (``sparta.compare.seed_interval``, reported from 5 seeds). The seeds-then-items bootstrap
+  (``sparta.significance.seed_interval``, reported from 5 seeds). The seeds-then-items bootstrap
   the comparison used before is shown for reference: it claims this target and under-covers.
 
 Printed per (seeds, between-seed sd): each interval's coverage of each target over
 ``--draws`` simulated studies (Monte Carlo standard error about 0.01 at 400 draws) and its
-mean width. Then the size of the item-level test (``sparta.compare.paired_test``, the p of
+mean width. Then the size of the item-level test (``sparta.significance.paired_test``, the p of
 ``comparison.tsv``: an exact paired sign-flip test stratified by seed) at no difference
 (delta = 0 in every run): the share of studies with p < 0.05, per seeds and discordance
 (``--size-discordance``), beside the bootstrap p the comparison used before (no floor,
@@ -36,7 +36,7 @@ import time
 
 import numpy as np
 
-from sparta.compare import _resampled_means, paired_bootstrap, paired_test, seed_interval
+from sparta.significance import _resampled_means, paired_bootstrap, paired_test, seed_interval
 
 
 def seeds_then_items(

@@ -52,10 +52,10 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
-from sparta.compare import paired_bootstrap  # noqa: E402
 from sparta.judging import JudgeItem, altered, judge_duels, present  # noqa: E402
 from sparta.seeds import derive_seed  # noqa: E402
 from sparta.settings import JudgeSettings  # noqa: E402
+from sparta.significance import paired_bootstrap  # noqa: E402
 
 SYSTEM = "You are a helpful AI assistant."
 SWITCHES = ("secret_labels", "datamark", "plain_text", "fence", "sanitize")

@@ -43,12 +43,12 @@ from bench_iteration import MEMBERS, adapters  # noqa: E402
 
 from sparta.backends import open_backend  # noqa: E402
 from sparta.chat import chat_ids  # noqa: E402
-from sparta.compare import paired_bootstrap  # noqa: E402
 from sparta.judging import JudgeItem, judge_duels  # noqa: E402
 from sparta.members import MemberSpec  # noqa: E402
 from sparta.metrics import exact_match, wilson_interval  # noqa: E402
 from sparta.seeds import derive_seed  # noqa: E402
 from sparta.settings import BackendSettings, GenerationSettings, JudgeSettings, Runtime  # noqa: E402
+from sparta.significance import paired_bootstrap  # noqa: E402
 
 SYSTEM = "You are a helpful AI assistant."
 APPENDED = {

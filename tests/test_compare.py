@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from sparta import compare, tables
+from sparta import compare, significance, tables
 from sparta.settings import SettingsError
 from sparta.study import expand
 
@@ -59,10 +59,10 @@ def by_name(table: pd.DataFrame) -> pd.DataFrame:
 def test_holm_by_hand():
     """p = 0.01, 0.04, 0.03, 0.005: sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06,
     0.04 x 1 = 0.04 -> 0.06 (monotone); NaN stays out of the family."""
-    adjusted = compare.holm([0.01, 0.04, np.nan, 0.03, 0.005])
+    adjusted = significance.holm([0.01, 0.04, np.nan, 0.03, 0.005])
     assert adjusted[[0, 1, 3, 4]] == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert np.isnan(adjusted[2])
-    assert compare.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert significance.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
 def test_the_star_marks_the_holm_adjusted_p_only():
@@ -110,9 +110,9 @@ def test_bootstrap_is_stratified_by_seed():
     """Seed 1 gains 1 on every item, seed 2 loses 1 on every item: resampling items within
     each seed never changes either seed's mean, so the conditional interval is [0, 0] (a
     seeds-then-items bootstrap would reach -1 and +1)."""
-    assert compare.paired_bootstrap([np.ones(8), -np.ones(8)], replicates=2_000)[:3] == (0.0, 0.0, 0.0)
+    assert significance.paired_bootstrap([np.ones(8), -np.ones(8)], replicates=2_000)[:3] == (0.0, 0.0, 0.0)
     # seed 1: differences 0 and 1 (mean 0, 0.5 or 1 with probability 1/4, 1/2, 1/4); seed 2: 0
-    d, low, high, p = compare.paired_bootstrap([np.array([0.0, 1.0]), np.zeros(3)], replicates=40_000)
+    d, low, high, p = significance.paired_bootstrap([np.array([0.0, 1.0]), np.zeros(3)], replicates=40_000)
     assert (d, low, high) == (0.25, 0.0, 0.5)
     assert p == 1.0  # the exact test: one discordant item, either sign as extreme
 
@@ -126,23 +126,23 @@ def test_the_item_level_p_is_exact_at_small_counts():
     (weight 1/4 each), seed 2 one +1 of 4 (weight 1/8): T = 5/8, as extreme only when all
     three signs agree: p = 2/8. Forty distinct continuous differences all positive: the Monte
     Carlo path, p at its floor 1/(B + 1), never 0."""
-    assert compare.paired_test([np.ones(3)]) == pytest.approx(0.25)
-    assert compare.paired_bootstrap([np.ones(3)])[1:] == (1.0, 1.0, pytest.approx(0.25))
+    assert significance.paired_test([np.ones(3)]) == pytest.approx(0.25)
+    assert significance.paired_bootstrap([np.ones(3)])[1:] == (1.0, 1.0, pytest.approx(0.25))
     four = np.array([1.0] * 4 + [0.0] * 16)
-    assert compare.paired_test([four]) == pytest.approx(0.125)
-    assert compare.paired_test([-four]) == pytest.approx(0.125)
-    assert compare.paired_test([np.zeros(20)]) == 1.0
-    assert compare.paired_test([np.array([1.0, -1.0, 0.0])]) == 1.0
+    assert significance.paired_test([four]) == pytest.approx(0.125)
+    assert significance.paired_test([-four]) == pytest.approx(0.125)
+    assert significance.paired_test([np.zeros(20)]) == 1.0
+    assert significance.paired_test([np.array([1.0, -1.0, 0.0])]) == 1.0
     seed1 = np.array([1.0] * 12 + [-1.0] * 3 + [0.0] * 25)
     seed2 = np.array([1.0] * 8 + [-1.0] * 7 + [0.0] * 25)
-    assert compare.paired_test([seed1, seed2]) == pytest.approx(stats.binomtest(20, 30).pvalue)
-    assert compare.paired_test([np.ones(2), np.array([1.0, 0, 0, 0])]) == pytest.approx(0.25)
+    assert significance.paired_test([seed1, seed2]) == pytest.approx(stats.binomtest(20, 30).pvalue)
+    assert significance.paired_test([np.ones(2), np.array([1.0, 0, 0, 0])]) == pytest.approx(0.25)
     continuous = np.linspace(0.1, 0.9, 40)
-    assert compare.paired_test([continuous], replicates=999) == pytest.approx(1 / 1000)
+    assert significance.paired_test([continuous], replicates=999) == pytest.approx(1 / 1000)
     # many distinct differences around 0: the Monte Carlo p is near the sign-flip's normal limit
     x = np.random.default_rng(0).normal(0.05, 1.0, 400)
     z = abs(x.sum()) / np.sqrt((x**2).sum())
-    assert compare.paired_test([x], replicates=20_000) == pytest.approx(2 * stats.norm.sf(z), abs=0.02)
+    assert significance.paired_test([x], replicates=20_000) == pytest.approx(2 * stats.norm.sf(z), abs=0.02)
 
 
 def sign_flip_p(diffs_by_seed: list[np.ndarray]) -> Fraction:
@@ -168,18 +168,18 @@ def test_the_exact_p_is_exact_for_any_scores(seed):
     items = rng.choice(np.append(pool, 0.0), n)
     cuts = sorted(rng.choice(np.arange(1, n), int(rng.integers(0, 3)), replace=False))
     diffs = np.split(items, cuts)
-    assert compare.paired_test(diffs) == pytest.approx(float(sign_flip_p(diffs)), abs=1e-12)
+    assert significance.paired_test(diffs) == pytest.approx(float(sign_flip_p(diffs)), abs=1e-12)
     five = np.array([1.617, 1.709, 0.675, 1.536, 0.464])
-    assert compare.paired_test([five]) == pytest.approx(0.0625, abs=1e-12)
+    assert significance.paired_test([five]) == pytest.approx(0.0625, abs=1e-12)
 
 
 def test_the_seed_level_p_is_never_0():
     """Five seeds with the same difference have no variance for a t statistic: a mean of 0
     gives p = 1, a nonzero mean the exact sign test over the seeds, 2 x 0.5^5 = 0.0625 (the
     t test said 0); the interval is the point. Through the table too."""
-    assert compare.seed_interval([0.1] * 5) == pytest.approx((0.1, 0.1, 0.1, 0.0625))
-    assert compare.seed_interval([0.0] * 5)[3] == 1.0
-    assert compare.seed_interval([0.1, 0.1, 0.1, 0.1, 0.0])[3] > 0
+    assert significance.seed_interval([0.1] * 5) == pytest.approx((0.1, 0.1, 0.1, 0.0625))
+    assert significance.seed_interval([0.0] * 5)[3] == 1.0
+    assert significance.seed_interval([0.1, 0.1, 0.1, 0.1, 0.0])[3] > 0
     runs, evaluations, initial = two_seed_study(dict.fromkeys(range(1, 6), 2))
     t = by_name(compare.comparison(runs, evaluations, None, initial, 500))
     assert t.loc["sparta", "vs_best_init_seed_p"] == pytest.approx(0.0625)
@@ -235,10 +235,10 @@ def test_minimum_detectable_difference_by_hand():
     differences is 0.30 - 0.1^2 (x 100/99): MDE = (1.960 + 0.842) x sd / sqrt(100)."""
     d = np.array([1.0] * 20 + [-1.0] * 10 + [0.0] * 70)
     expected = (stats.norm.ppf(0.975) + stats.norm.ppf(0.8)) * np.sqrt((0.30 - 0.01) * 100 / 99 / 100)
-    assert compare.minimum_detectable_difference([d]) == pytest.approx(expected)
+    assert significance.minimum_detectable_difference([d]) == pytest.approx(expected)
     assert expected == pytest.approx(0.151, abs=0.001)
     # two seeds of the same design: the mean of two means, so sqrt(2) smaller
-    assert compare.minimum_detectable_difference([d, d]) == pytest.approx(expected / np.sqrt(2))
+    assert significance.minimum_detectable_difference([d, d]) == pytest.approx(expected / np.sqrt(2))
     runs, evaluations, initial = two_seed_study({1: 4, 2: -1})
     table = compare.comparison(runs, evaluations, None, initial, 500)
     assert table["vs_best_init_mde"].notna().any()
@@ -251,20 +251,22 @@ def test_the_mde_at_holms_first_step_and_over_seeds():
     is the difference at which the t test on the seeds' differences (4 df, their sd) has 80%
     power (noncentral t), and at 0.05 / the seed family's size a larger one."""
     d = np.array([1.0] * 20 + [-1.0] * 10 + [0.0] * 70)
-    mde = compare.minimum_detectable_difference([d])
-    assert compare.holm_mde(mde, 3) == pytest.approx(mde * 1.155, abs=0.001)
-    assert compare.holm_mde(mde, 3) == pytest.approx(compare.minimum_detectable_difference([d], 0.05 / 3))
-    assert compare.holm_mde(mde, 1) == pytest.approx(mde)
+    mde = significance.minimum_detectable_difference([d])
+    assert significance.holm_mde(mde, 3) == pytest.approx(mde * 1.155, abs=0.001)
+    assert significance.holm_mde(mde, 3) == pytest.approx(
+        significance.minimum_detectable_difference([d], 0.05 / 3)
+    )
+    assert significance.holm_mde(mde, 1) == pytest.approx(mde)
     x = np.array([0.4, -0.1, 0.0, 0.2, 0.1])
-    delta, sd = compare.seed_minimum_detectable_difference(x), x.std(ddof=1)
+    delta, sd = significance.seed_minimum_detectable_difference(x), x.std(ddof=1)
     crit = stats.t.ppf(0.975, 4)
     nc = delta * np.sqrt(5) / sd
     assert stats.nct.sf(crit, 4, nc) + stats.nct.cdf(-crit, 4, nc) == pytest.approx(0.8)
-    assert compare.seed_minimum_detectable_difference(x, 0.05 / 3) > delta
+    assert significance.seed_minimum_detectable_difference(x, 0.05 / 3) > delta
     # seeds whose spread puts the search far into the noncentral t's tail (scipy gives NaN
     # there): a number, not a crash of the comparison
     wide = [0.1399, 0.0293, 0.0106, -0.0044, 0.0357]
-    assert 0 < compare.seed_minimum_detectable_difference(wide, 0.05 / 4) < 1
+    assert 0 < significance.seed_minimum_detectable_difference(wide, 0.05 / 4) < 1
     gains = {1: 4, 2: -1, 3: 0, 4: 2, 5: 1}
     runs, evaluations, initial = two_seed_study(gains)
     table = compare.comparison(runs, evaluations, None, initial, 500)
