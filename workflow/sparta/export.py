@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
 from pathlib import Path
 
 import yaml
+from huggingface_hub import HfApi, constants
 
 from . import hub, layout, tables
+from .chat import load_tokenizer
 from .files import follow_umask
 from .members import MemberSpec, hub_name, is_hub_id
-from .modelfiles import ModelFileError, gguf_path
+from .model_card import Written, base_provenance, model_card, run_settings
 
-SELECTION_STAGES = ("selected", "best final", "best initial")
-PROPORTIONS = ("exact_match", "multiple_choice")
-"""Metrics whose score is a share of examples right: these get a Wilson interval."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -157,358 +155,6 @@ def folder_digest(folder: str | os.PathLike) -> str:
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
-def run_settings(run: Path) -> dict:
-    path = layout.RunFolder(run).settings
-    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-
-
-def _gguf_facts(path: Path) -> dict:
-    """License, organization, name and quantisation recorded inside a GGUF file (what is there)."""
-    try:
-        import gguf
-
-        reader = gguf.GGUFReader(path)
-    except Exception:  # no gguf package, or not readable: the card says less
-        return {}
-    facts = {}
-    for key in ("license", "organization", "name", "basename", "size_label", "finetune"):
-        field = reader.fields.get(f"general.{key}")
-        if field is not None:
-            facts[key] = str(field.contents())
-    field = reader.fields.get("general.file_type")
-    if field is not None:
-        try:
-            facts["quantization"] = gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_")
-        except ValueError:
-            pass
-    return facts
-
-
-def base_provenance(run: Path, base: str) -> dict:
-    """Where a member's base comes from: ``{"kind": "gguf", package, version, file, ...}`` when
-    the run converted it from a GGUF shipped in a package (results/_bases/<name>), ``{"kind":
-    "hub", "id"}`` for a hub id, else ``{"kind": "folder"}``."""
-    if is_hub_id(base):
-        out = {"kind": "hub", "id": hub_name(base)}
-        if base != out["id"]:
-            out["reference"] = base  # hf://org/name[@revision], as the config named it
-        return out
-    folder = Path(base)
-    spec = run_settings(run).get("base_models", {}).get(folder.name) or {}
-    if folder.parent.name == "_bases" and spec.get("gguf_file"):
-        out = {"kind": "gguf", "package": spec["gguf_package"], "file": spec["gguf_file"]}
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            out["version"] = importlib.metadata.version(spec["gguf_package"])
-        try:
-            out.update(_gguf_facts(gguf_path(spec["gguf_package"], spec["gguf_file"])))
-        except ModelFileError:  # the package is gone since the run: the card says less
-            pass
-        return out
-    return {"kind": "folder"}
-
-
-def base_license(base: str, provenance: dict) -> str | None:
-    """The base's license if it is known: its README's metadata block (a hub snapshot), or the
-    GGUF it was converted from."""
-    readme = Path(base) / "README.md"
-    if not is_hub_id(base) and readme.is_file():
-        text = readme.read_text(errors="replace")
-        if text.startswith("---"):
-            with contextlib.suppress(yaml.YAMLError, IndexError):
-                meta = yaml.safe_load(text.split("---", 2)[1]) or {}
-                if isinstance(meta, dict) and meta.get("license"):
-                    return str(meta["license"])
-    return provenance.get("license")
-
-
-# --- what the card says about the member -----------------------------------------------------
-
-
-def wilson(score: float, n: int, metric: str) -> tuple[float, float] | None:
-    """95% Wilson interval of a proportion score over n examples (None: not a proportion)."""
-    if metric not in PROPORTIONS or not n:
-        return None
-    from .metrics import wilson_interval
-
-    return wilson_interval(round(score * n), int(n))
-
-
-def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
-    """The member's evaluation scores: task, metric, split, score, n, 95% interval."""
-    path = layout.RunFolder(run).at(layout.evaluation_file, layout.SCORES)
-    if not path.exists():
-        return []
-    scores = tables.read(path, "scores")
-    mine = scores[(scores["member"] == name) & (scores["checkpoint"] == checkpoint)]
-    rows = []
-    for r in mine.sort_values(["task", "split"], ascending=[True, False]).itertuples(index=False):
-        rows.append(
-            {
-                "task": r.task,
-                "metric": r.metric,
-                "split": r.split,
-                "score": float(r.score),
-                "n": int(r.n),
-                "interval": wilson(float(r.score), int(r.n), r.metric),
-            }
-        )
-    return rows
-
-
-def selections_of(run: Path, name: str, checkpoint: int) -> list[dict]:
-    """The selection rows that picked this checkpoint (selected, best final, best initial), each
-    with the number of candidates that tied with it on validation (1: no tie)."""
-    folder = layout.RunFolder(run)
-    sel_path = folder.at(layout.evaluation_file, layout.SELECTION)
-    scores_path = folder.at(layout.evaluation_file, layout.SCORES)
-    if not sel_path.exists():
-        return []
-    sel = tables.read(sel_path, "selection")
-    picked = sel[(sel["member"] == name) & (sel["checkpoint"] == checkpoint)]
-    if len(picked) == 0:
-        return []
-    val = None
-    if scores_path.exists():
-        scores = tables.read(scores_path, "scores")
-        val = scores[scores["split"] == "validation"]
-    select_from = (run_settings(run).get("evaluation") or {}).get("select_from", "all")
-    out = []
-    for r in picked.itertuples(index=False):
-        tied = 1
-        if val is not None:
-            cand = val[val["task"] == r.task]
-            last = cand["checkpoint"].max()
-            if r.stage == "best initial":
-                cand = cand[cand["checkpoint"] == 0]
-            elif r.stage == "best final" or select_from == "final":
-                cand = cand[cand["checkpoint"] == last]
-            tied = max(1, int((cand["score"] == r.validation).sum()))
-        out.append(
-            {
-                "task": r.task,
-                "stage": r.stage,
-                "validation": float(r.validation),
-                "test": float(r.test),
-                "tied": tied,
-                "select_from": select_from,
-            }
-        )
-    order = {s: i for i, s in enumerate(SELECTION_STAGES)}
-    return sorted(out, key=lambda d: (d["task"], order.get(d["stage"], 9)))
-
-
-def _stage_words(stage: str, select_from: str) -> str:
-    return {
-        "selected": "the run's selected member"
-        + (
-            " (best on validation among the final members)"
-            if select_from == "final"
-            else " (best on validation among every member of every checkpoint)"
-        ),
-        "best final": "the best final member on validation",
-        "best initial": "the best member of the initial pool on validation",
-    }.get(stage, stage)
-
-
-def _fmt(x: float) -> str:
-    return "n/a" if x != x else f"{x:.4f}"
-
-
-def model_card(
-    run: Path,
-    spec: MemberSpec,
-    checkpoint: int,
-    merged: bool,
-    base_ref: str,
-    base_digest: str | None,
-    hub_base: str | None,
-    dtype: str | None = None,
-) -> str:
-    """README.md of an exported member: the Hugging Face metadata block, then what the member
-    is, its base and where that comes from, its evaluation scores, how to load it, and the
-    run's settings."""
-    settings = run_settings(run)
-    provenance = base_provenance(run, spec.base)
-    license_ = base_license(spec.base, provenance)
-    method = settings.get("method", "sparta")
-    metadata = _card_metadata(settings, spec, checkpoint, merged, hub_base, license_)
-    lines = [
-        "---",
-        metadata,
-        "---",
-        "",
-        f"# {spec.name} (iteration {checkpoint}) from the sparta run `{run.resolve().name}`",
-        "",
-        "A member of a pool of language models aligned with Sparta Alignment (collective",
-        "alignment through combat: the members answer prompts, judge each other's answers, and",
-        f"train with DPO on the winners' answers), exported by `sparta export`. Method: {method}.",
-        *_what_it_is(run, settings, spec, checkpoint, merged, dtype),
-        *_base_section(spec, provenance, license_, merged, base_ref, base_digest, hub_base),
-        *_evaluation_section(scores_of(run, spec.name, checkpoint)),
-        *_use_section(settings.get("system_prompt"), merged or spec.adapter is None),
-    ]
-    if settings:
-        lines += [
-            "",
-            "## Settings of the run",
-            "",
-            "```yaml",
-            yaml.safe_dump(settings, sort_keys=False).rstrip(),
-            "```",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _card_metadata(
-    settings: dict,
-    spec: MemberSpec,
-    checkpoint: int,
-    merged: bool,
-    hub_base: str | None,
-    license_: str | None,
-) -> str:
-    """The card's Hugging Face metadata block (YAML): base, relation, license, library, tags."""
-    from huggingface_hub import ModelCardData
-
-    method = settings.get("method", "sparta")
-    tags = ["sparta", "sparta-alignment"]
-    tags += ["dpo"] if checkpoint > 0 else []
-    tags += [method] if method != "sparta" else []
-    tags += ["lora"] if spec.adapter is not None else []
-    tags += ["merged"] if merged else ["peft"] if spec.adapter is not None else []
-    tags += ["trl", "text-generation"]
-    prompts = (settings.get("prompts") or {}).get("file")
-    data = ModelCardData(
-        base_model=hub_base,
-        base_model_relation=None if hub_base is None else ("finetune" if merged else "adapter"),
-        license=license_,
-        library_name="transformers" if merged or spec.adapter is None else "peft",
-        pipeline_tag="text-generation",
-        tags=tags,
-        datasets=[prompts] if isinstance(prompts, str) and is_hub_id(prompts) else None,
-    )
-    return data.to_yaml().rstrip()
-
-
-def _what_it_is(
-    run: Path, settings: dict, spec: MemberSpec, checkpoint: int, merged: bool, dtype: str | None
-) -> list[str]:
-    """The card's "What it is": run, member, checkpoint, form, and the selections that picked it."""
-    form = (
-        f"merged into its base (plain transformers model, {dtype})"
-        if merged
-        else "PEFT LoRA adapter"
-        if spec.adapter is not None
-        else "its base alone"
-    )
-    lines = [
-        "",
-        "## What it is",
-        "",
-        f"- run: `{run.resolve()}` (experiment `{settings.get('experiment', run.name)}`)",
-        f"- member: `{spec.name}`, checkpoint {checkpoint} (0 = the initial pool, t = after iteration t"
-        f" of {settings.get('iterations', '?')})",
-        "- form: " + form,
-    ]
-    picked = selections_of(run, spec.name, checkpoint)
-    for s in picked:
-        tie = (
-            f"; a {s['tied']}-way tie on validation, broken by the earliest checkpoint, then the"
-            " member's name"
-            if s["tied"] > 1
-            else "; no tie on validation"
-        )
-        lines.append(
-            f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
-            f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"
-        )
-    if not picked and layout.RunFolder(run).at(layout.evaluation_file, layout.SELECTION).exists():
-        lines.append("- not the evaluation's selection for any task (exported by name)")
-    return lines
-
-
-def _base_section(
-    spec: MemberSpec,
-    provenance: dict,
-    license_: str | None,
-    merged: bool,
-    base_ref: str,
-    base_digest: str | None,
-    hub_base: str | None,
-) -> list[str]:
-    """The card's "Base model": where the base comes from, its digest and license, and what the
-    adapter names as its base."""
-    lines = ["", "## Base model", ""]
-    if provenance["kind"] == "hub":
-        lines.append(f"- the hub model `{provenance['id']}`")
-    else:
-        lines.append(f"- folder: `{Path(spec.base).resolve()}`")
-        if base_digest:
-            lines.append(
-                f"- content digest (sha256 over the folder's files, as `sparta_export.yaml`): `{base_digest}`"
-            )
-    if provenance["kind"] == "gguf":
-        lines.append(_gguf_words(provenance))
-    if license_:
-        lines.append(f"- license of the base: {license_}")
-    if not merged and spec.adapter is not None:
-        lines.append(f"- the adapter's `base_model_name_or_path`: `{base_ref}`")
-        if hub_base is not None and provenance["kind"] != "hub":
-            lines.append(
-                f"- `{hub_base}` was named by the exporter (`--base-id`); the member was trained on the"
-                " folder above, which may differ from it (see the digest)"
-            )
-    return lines
-
-
-def _gguf_words(provenance: dict) -> str:
-    """The line on a base converted from a GGUF file: which file, which quantisation of what."""
-    version = f" {provenance['version']}" if provenance.get("version") else ""
-    quant = provenance.get("quantization", "quantized")
-    who = " ".join(
-        str(provenance[k]) for k in ("organization", "basename", "size_label") if provenance.get(k)
-    )
-    return (
-        f"- converted by sparta from the GGUF file `{provenance['file']}` of the Python package"
-        f" `{provenance['package']}`{version}: a {quant} quantisation"
-        + (f" of {who}" if who else "")
-        + ", dequantized to float32. It is not the original (unquantized) hub model of that name;"
-        " the member was trained on these dequantized weights."
-    )
-
-
-def _evaluation_section(scores: list[dict]) -> list[str]:
-    """The card's "Evaluation" table (nothing when the run has no scores for the member)."""
-    if not scores:
-        return []
-    lines = [
-        "",
-        "## Evaluation",
-        "",
-        "Scores of this checkpoint in the run's evaluation; 95% Wilson interval for scores that are"
-        " a share of examples right.",
-        "",
-        "| task | metric | split | score | 95% interval | n |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in scores:
-        iv = "" if r["interval"] is None else f"{r['interval'][0]:.4f} to {r['interval'][1]:.4f}"
-        lines.append(f"| {r['task']} | {r['metric']} | {r['split']} | {_fmt(r['score'])} | {iv} | {r['n']} |")
-    return lines
-
-
-def _use_section(system: str | None, plain: bool) -> list[str]:
-    """The card's "Use": the system prompt it was trained with and how to load it (``plain``: a
-    transformers model, else a PEFT adapter)."""
-    lines = ["", "## Use", ""]
-    if system:
-        lines += [f"The member was trained and evaluated with the system prompt {json.dumps(system)}.", ""]
-    auto = "AutoModelForCausalLM" if plain else "AutoPeftModelForCausalLM"
-    package = "transformers" if plain else "peft"
-    loader = f"from {package} import {auto}\n\nmodel = {auto}.from_pretrained(FOLDER)"
-    return lines + ["```python", loader, "```"]
-
-
 # --- writing the folder ----------------------------------------------------------------------
 
 
@@ -542,8 +188,6 @@ def merge_into_base(base: str, adapter: str | None, dtype):
 @contextlib.contextmanager
 def hub_online():
     """Lift offline mode (HF_HUB_OFFLINE=1, as in every job) for an upload the user asked for."""
-    from huggingface_hub import constants
-
     was = constants.HF_HUB_OFFLINE
     constants.HF_HUB_OFFLINE = False
     try:
@@ -555,8 +199,6 @@ def hub_online():
 def push(out: Path, repo_id: str, private: bool = False) -> str:
     """Upload an exported folder to the hub repository ``repo_id`` (created if needed; needs
     the network and a token: ``hf auth login`` or HF_TOKEN). Returns the commit's URL."""
-    from huggingface_hub import HfApi
-
     with hub_online():
         api = HfApi()
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
@@ -626,16 +268,15 @@ def _write_model(
     run: Path,
     out: Path,
     folders: tuple[str, str | None],
-    merge: bool,
     base_ref: str,
+    *,
+    merge: bool,
     dtype: str | None,
     max_shard_size: str | int,
 ) -> str | None:
     """The weights (merged, or the adapter's files) and the tokenizer, written into ``out``
     from the base's and the adapter's local ``folders``; returns the merged weights' dtype name
     (None for an adapter)."""
-    from .models import load_tokenizer
-
     base_folder, adapter_folder = folders
     tok = load_tokenizer(base_folder)
     if merge:
@@ -673,6 +314,7 @@ def _write_adapter(out: Path, adapter: str, base_ref: str) -> None:
 def export(
     run: str | Path,
     out: str | Path,
+    *,
     member: str | None = None,
     iteration: int | None = None,
     best: str | None = None,
@@ -701,9 +343,11 @@ def export(
     digest = folder_digest(spec.base) if local else None
     folders = _local_folders(run, spec)
     _make_folder(out)
-    dtype_name = _write_model(run, out, folders, merge, base_ref, dtype, max_shard_size)
+    dtype_name = _write_model(
+        run, out, folders, base_ref, merge=merge, dtype=dtype, max_shard_size=max_shard_size
+    )
     (out / "README.md").write_text(
-        model_card(run, spec, checkpoint, merge, base_ref, digest, hub_base, dtype_name)
+        model_card(run, spec, checkpoint, Written(merge, base_ref, digest, hub_base, dtype_name))
     )
     record = {
         "run": str(run.resolve()),
@@ -719,16 +363,8 @@ def export(
     }
     (out / "sparta_export.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
     follow_umask(out)
-    result = {
-        "member": name,
-        "checkpoint": checkpoint,
-        "merged": merge,
-        "out": str(out.resolve()),
-        "base": record["base"],
-        "base_model_name_or_path": record["base_model_name_or_path"],
-        "base_sha256": digest,
-        "dtype": dtype_name,
-    }
+    result = {"member": name, "checkpoint": checkpoint, "merged": merge, "out": str(out.resolve())}
+    result |= {k: record[k] for k in ("base", "base_model_name_or_path", "base_sha256", "dtype")}
     if push_to is not None:
         result["pushed"] = push(out, push_to, private)
     return result
