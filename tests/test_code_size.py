@@ -66,7 +66,6 @@ OVER_THE_LIMIT = {
     "workflow/sparta/reputation.py": 653,
     "workflow/sparta/train.py": 668,
     "workflow/sparta/backends/hf.py": 694,
-    "workflow/sparta/cost.py": 708,
     "workflow/sparta/docgen.py": 751,
     "workflow/sparta/config.py": 1082,
     "workflow/sparta/settings.py": 1190,

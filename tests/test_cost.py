@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from sparta import cost
+from sparta import cost, workload
 from sparta.methods import METHODS
 from sparta.study import merge
 
@@ -48,7 +48,7 @@ def per_iteration(run: cost.RunCost, stage: str, t: int = 1) -> tuple[int, int, 
 def test_the_judge_prompts_own_text():
     """Sparta's judge prompt without prompt and answer is 368 characters: 92 tokens at 4 a
     token; the pairwise one 352 characters: 88; the meta-judge's 377: 95."""
-    t = cost.templates()
+    t = workload.templates()
     assert (t["sparta"], t["pairwise"], t["meta"]) == (92, 88, 95)
 
 
