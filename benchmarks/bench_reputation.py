@@ -10,8 +10,9 @@ import time
 import numpy as np
 import pandas as pd
 
+from sparta.aggregation import aggregate_round
 from sparta.matchmaking import MatchSettings, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration
+from sparta.reputation import PoolState, ReputationSettings, begin_iteration
 
 
 def main():

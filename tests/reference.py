@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from sparta.aggregation import preference, weighted_mean
 from sparta.matchmaking import (
     STREAM_OPPONENTS,
     MatchSettings,
@@ -20,15 +21,8 @@ from sparta.matchmaking import (
     plan_iteration,
     rng_for,
 )
-from sparta.reputation import (
-    PoolState,
-    ReputationSettings,
-    begin_iteration,
-    frame,
-    preference,
-    settle_duel,
-    weighted_mean,
-)
+from sparta.reputation import Duel, PoolState, ReputationSettings, Verdict, begin_iteration, settle_duel
+from sparta.tables import frame
 
 Respond = Callable[[str, str], str]
 """respond(member, prompt) -> response"""
@@ -67,11 +61,9 @@ def run_sequential(
             judge_weights = params.downweight_target == "judge"
             s_a, n = weighted_mean([(j, x) for j, x, _ in both], state, judge_weights)
             s_b, _ = weighted_mean([(j, y) for j, _, y in both], state, judge_weights)
-            key = duel_id(t, int(row.position))
-            record, outcome = settle_duel(state, key, a, b, s_a, s_b, n, dropped, params)
-            history.append(record)
-            if outcome in ("a", "b"):
-                prefs.append(
-                    preference(state, key, row.prompt_id, row.prompt, a, b, ya, yb, s_a, s_b, outcome)
-                )
+            duel = Duel(duel_id(t, int(row.position)), row.prompt_id, row.prompt, a, b)
+            verdict = Verdict(s_a, s_b, n, dropped)
+            history.append(settle_duel(state, duel, verdict, params))
+            if verdict.outcome in ("a", "b"):
+                prefs.append(preference(state, duel, verdict, (ya, yb)))
     return frame(history, "history"), frame(prefs, "preferences"), state

@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from sparta import tables
+from sparta.aggregation import aggregate_round
 from sparta.matchmaking import MatchSettings, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration, update
+from sparta.reputation import PoolState, ReputationSettings, begin_iteration, update
 
 MEMBERS = ["m0", "m1", "m2", "m3"]
 KAPPA_1 = 9.895192582062144  # max(5, 10 * 0.9 ** (1 / 10)): the first verdict of an iteration

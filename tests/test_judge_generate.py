@@ -201,7 +201,7 @@ def test_additive_rubric_expected_mode_equals_brute_force(tiny):
     item = JudgeItem("What is 3 + 4?", "7")
     cfg = replace(PUBLIC, max_length=2048)  # the prompt is ~800 tokens on the tiny tokenizer
     (j,) = judge_answers(served_model(model, tok), [item], cfg, "sys", rubric=ADDITIVE_RUBRIC)
-    user, _, _ = judge_ids(tok, item.prompt, [item.response], cfg, "sys", "Score: ", ADDITIVE_RUBRIC)
+    user, _, _ = judge_ids(tok, item.prompt, [item.response], cfg, "sys", "Score: ", rubric=ADDITIVE_RUBRIC)
     assert "additive 5-point" in user and '"Score: <total points>"' in user and "What is 3 + 4?" in user
     prompt, conts = candidate_ids([chat_ids(tok, user, "sys", f"Score: {p}") for p in range(6)])
     logps = []

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sparta import analysis, compare, tables
-from sparta.methods import baseline_pairs, best_and_worst, self_duels, win_rates
+from sparta.methods import Round, baseline_pairs, best_and_worst, meta_rewarding, self_duels, win_rates
+from sparta.methods import sppo as sppo_module
 from sparta.study import expand
 
 from .workflow_helpers import REPO, tiny_config
@@ -92,20 +93,19 @@ def test_every_method_drops_a_pair_of_two_identical_texts_and_counts_it():
     d = duels["duel_id"][0]
     resp, judged = answers(d, "ann", ["x", "y", "x"]), scores(d, "ann", [9, 5, 2])
     assert len(baseline_pairs("self_rewarding", duels, resp, judged)) == 0
-    _, prefs, counts = get("self_rewarding").aggregate(
-        SimpleNamespace(), duels, resp, judged, None, BaselineSettings(), 1, 0
-    )
+    played = Round(1, 0, duels, resp, judged)
+    _, prefs, counts = get("self_rewarding").aggregate(SimpleNamespace(), played, None, BaselineSettings())
     assert (len(prefs), counts["pairs"], counts["identical"]) == (0, 0, 1)
     # and the run's analysis counts it again, per iteration, from the same tables
     history = tables.empty("history")
     kept = analysis.pair_counts(
-        get("self_rewarding"), duels, resp, judged, history, prefs, BaselineSettings()
+        get("self_rewarding"), duels, resp, judged, history, prefs, baselines=BaselineSettings()
     )
     assert kept.to_dict("records") == [{"iteration": 1, "pairs": 0, "identical": 1}]
     other = answers(d, "ann", ["x", "y", "z"])
     made = baseline_pairs("self_rewarding", duels, other, judged)
     kept = analysis.pair_counts(
-        get("self_rewarding"), duels, other, judged, history, made, BaselineSettings()
+        get("self_rewarding"), duels, other, judged, history, made, baselines=BaselineSettings()
     )
     assert kept.to_dict("records") == [{"iteration": 1, "pairs": 1, "identical": 0}]
     spin = duel_rows(reference=["The answer is 4."])
@@ -300,7 +300,8 @@ def test_meta_rewarding_caps_its_judge_pairs():
     assert kept() == [0, 1, 2]
     assert kept(judge_pair_share=1.0) == [0, 1, 2, 4]
     assert kept(judge_pair_share=1.0, judge_score_share=1.0) == [0, 1, 2, 3, 4, 5]
-    _, _, counts = method.aggregate(SimpleNamespace(), duels, resp, judged, None, BaselineSettings(), 1, 0)
+    played = Round(1, 0, duels, resp, judged)
+    _, _, counts = method.aggregate(SimpleNamespace(), played, None, BaselineSettings())
     assert (counts["judge_pairs_formed"], counts["judge_pairs"], counts["pairs"]) == (6, 3, 20)
     # J <= share x (actor + J): 3 of 20 is 15%; 16 actor pairs allow 2; none without actor pairs
     assert [max_judge_pairs(a, 0.15) for a in (17, 16, 0)] == [3, 2, 0] and max_judge_pairs(5, 1.0) is None
@@ -476,7 +477,7 @@ def test_sppo_records_failed_comparisons_and_truncation_per_answer(monkeypatch):
     answers 1 and 2 that a comparison of theirs was truncated; the analysis counts both."""
     from types import SimpleNamespace
 
-    from sparta import analysis, judging
+    from sparta import analysis
     from sparta.judging import Judgment
     from sparta.methods import get
     from sparta.settings import BaselineSettings, JudgeSettings
@@ -500,7 +501,7 @@ def test_sppo_records_failed_comparisons_and_truncation_per_answer(monkeypatch):
                 ]
         return out
 
-    monkeypatch.setattr(judging, "judge_duels", judge_duels)
+    monkeypatch.setattr(sppo_module, "judge_duels", judge_duels)
     backend = SimpleNamespace(serve_each=lambda specs: None)
     sppo = get("sppo")
     run = _judge_run(duels, resp, JudgeSettings(), BaselineSettings(), backend)
@@ -688,8 +689,8 @@ def _judge_run(duels, responses, cfg, baselines=None, backend=None, specs=None):
         cfg,
         "sys",
         baselines or BaselineSettings(),
-        backend,
-        lambda *p: zlib.crc32(repr(p).encode()),
+        backend=backend,
+        seed=lambda *p: zlib.crc32(repr(p).encode()),
     )
 
 
@@ -810,8 +811,8 @@ def test_meta_rewarding_in_generate_mode_reuses_the_actor_judgments(monkeypatch)
 
     method = get("meta_rewarding")
     monkeypatch.setattr(type(method), "judge_own", judge_own)
-    monkeypatch.setattr(judging, "meta_judge", meta_judge)
-    monkeypatch.setattr(judging, "judge_ids", lambda *a, **k: ("judge this: 4", [], False))
+    monkeypatch.setattr(meta_rewarding, "meta_judge", meta_judge)
+    monkeypatch.setattr(meta_rewarding, "judge_ids", lambda *a, **k: ("judge this: 4", [], False))
     backend = SimpleNamespace(serve=lambda spec: SimpleNamespace(tok=None), serve_each=lambda specs: None)
     cfg = JudgeSettings(mode="generate")
     run = _judge_run(duels, resp, cfg, BaselineSettings(judge_samples=3), backend, [MemberSpec("ann", "b")])
@@ -1002,7 +1003,7 @@ def test_sppo_label_tables_are_each_members_whatever_the_fanout(tiny_base, monke
             seen.setdefault(owner[item.response], set()).add(tuple(json.loads(j.raw)["labels"]))
         return out
 
-    monkeypatch.setattr(judging, "judge_duels", recording)
+    monkeypatch.setattr(sppo_module, "judge_duels", recording)
     sppo = get("sppo")
     pool = _jobs(sppo, duels, resp, cfg, backend, [specs])
     pool_tables, seen = seen, {}

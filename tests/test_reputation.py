@@ -10,17 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparta import analysis, tables
+from sparta.aggregation import SWAPPED_COLUMNS, aggregate_round, label_coin, weighted_mean
 from sparta.methods import get as get_method
-from sparta.reputation import (
-    AggregationError,
-    PoolState,
-    ReputationSettings,
-    aggregate_round,
-    begin_iteration,
-    kappa,
-    update,
-    weighted_mean,
-)
+from sparta.reputation import AggregationError, PoolState, ReputationSettings, begin_iteration, kappa, update
 
 MEMBERS = ["m0", "m1", "m2", "m3"]
 
@@ -250,7 +242,6 @@ def test_random_labels_swap_the_judged_pairs_exactly_where_the_seeded_coin_says(
     import dataclasses
     from pathlib import Path
 
-    from sparta.reputation import SWAPPED_COLUMNS, label_coin
     from sparta.settings import Settings
 
     from .workflow_helpers import tiny_config
@@ -311,7 +302,7 @@ def test_a_duel_of_two_identical_answers_moves_reputations_but_makes_no_pair():
     assert (counts["a"], counts["identical"], len(prefs)) == (1, 1, 0)
     assert hist.loc[0, "outcome"] == "a" and s.reputation[0] > 100 > s.reputation[1]
     sparta = get_method("sparta")
-    counted = analysis.pair_counts(sparta, duels.assign(iteration=1), resp, judg, hist, prefs, None)
+    counted = analysis.pair_counts(sparta, duels.assign(iteration=1), resp, judg, hist, prefs, baselines=None)
     assert counted.to_dict("records") == [{"iteration": 1, "pairs": 0, "identical": 1}]
 
 

@@ -6,8 +6,9 @@ import zlib
 import pandas as pd
 
 from sparta import tables
+from sparta.aggregation import aggregate_round
 from sparta.matchmaking import MatchSettings, match_round, plan_iteration
-from sparta.reputation import PoolState, ReputationSettings, aggregate_round, begin_iteration
+from sparta.reputation import PoolState, ReputationSettings, begin_iteration
 
 from .reference import run_sequential
 

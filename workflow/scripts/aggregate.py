@@ -4,7 +4,7 @@ iteration's last round also writes the iteration's preference set: every round's
 
 from sparta import tables
 from sparta.logs import setup
-from sparta.methods import get
+from sparta.methods import Round, get
 from sparta.reputation import PoolState
 from sparta.settings import job_settings
 
@@ -18,9 +18,8 @@ duels = tables.read(sm.input.duels, "duels")
 responses = tables.read_many(sm.input.responses, "responses")
 judgments = tables.read_many(sm.input.judgments, "judgments")
 # Sparta: Eq. (1) duel by duel; a baseline: no reputations, every member its own pairs
-history, prefs, counts = method.aggregate(
-    state, duels, responses, judgments, params, job.baselines, t, int(sm.params.round)
-)
+played = Round(t, int(sm.params.round), duels, responses, judgments)
+history, prefs, counts = method.aggregate(state, played, params, job.baselines)
 tables.write(history, sm.output.history, "history")
 tables.write(prefs, sm.output.preferences, "preferences")
 tables.write(state.to_frame(), sm.output.state, "state")

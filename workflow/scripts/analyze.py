@@ -27,7 +27,7 @@ diversity = analysis.diversity_by_iteration(analysis.pair_diversity(responses, d
 tables.write(diversity, out.diversity, "diversity")
 history = tables.read(inp.history, "history")
 pairs = analysis.pair_counts(
-    get(sm.params.method), duels, responses, judgments, history, prefs, job.baselines
+    get(sm.params.method), duels, responses, judgments, history, prefs, baselines=job.baselines
 )
 tables.write(pairs, out.pairs, "pairs")
 tables.write(analysis.lengths(prefs), out.lengths, "lengths")

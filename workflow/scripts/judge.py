@@ -26,7 +26,9 @@ def main(sm):
 
     for warning in method.judging_warnings(cfg, job.baselines):  # e.g. no judge pair can form
         log.warning(warning)
-    run = JudgeRun(specs, duels, responses, cfg, job.runtime.system_prompt, job.baselines, backend, seed)
+    run = JudgeRun(
+        specs, duels, responses, cfg, job.runtime.system_prompt, job.baselines, backend=backend, seed=seed
+    )
     method.judge(run)
     table = run.table(method)
     for spec, path in zip(specs, as_list(sm.output.judgments)):

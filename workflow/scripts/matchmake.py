@@ -17,8 +17,8 @@ state = PoolState.from_frame(tables.read(sm.input.state, "state"))
 prompts = tables.read(sm.input.prompts, "prompts")
 members, n = sm.params.members, sm.params.per_iteration
 method = get(sm.params.method)  # Sparta's match-making, or every member against itself
-plan = plan_iteration(prompts, members, n, method.rounds(job), seed, t, sm.params.schedule)
-duels = method.duels(plan, members, state.reputations(), mm, seed, t, r)
+plan = plan_iteration(prompts, members, n, method.rounds(job), seed, t, schedule=sm.params.schedule)
+duels = method.duels(plan, members, state.reputations(), mm, seed, t=t, r=r)
 tables.write(duels, sm.output.duels, "duels")
 pairs = duels.groupby(["member_a", "member_b"]).size().to_dict()
 log.info("iteration %d round %d (%s): %d duels; pairs %s", t, r, sm.params.method, len(duels), pairs)

@@ -107,7 +107,7 @@ def lengths(prefs: pd.DataFrame) -> pd.DataFrame:
     return df.groupby("iteration")[["chosen_words", "rejected_words"]].mean().reset_index()
 
 
-def pair_counts(method, duels, responses, judgments, history, prefs, baselines) -> pd.DataFrame:
+def pair_counts(method, duels, responses, judgments, history, prefs, *, baselines) -> pd.DataFrame:
     """Per iteration: the preference pairs the members train on, and the pairs dropped because
     their chosen and rejected answers are the same text (DPO would learn nothing from them).
     Sparta's from its duel history (a decided duel of two equal answers); a baseline's by
@@ -136,7 +136,7 @@ def pair_counts(method, duels, responses, judgments, history, prefs, baselines) 
         rows.append(
             {"iteration": t, "pairs": int((prefs["iteration"] == t).sum()), "identical": int(identical)}
         )
-    return pd.DataFrame(rows, columns=tables.columns("pairs")) if rows else tables.empty("pairs")
+    return tables.frame(rows, "pairs")
 
 
 def judge_label_accuracy(

@@ -1,6 +1,7 @@
-"""Judgment aggregation, the reputation update (paper Eq. 1), down-weighting (appendix C.1)
-and preference selection. (The literal sequential loop of Algorithm 1, the reference the
-staged workflow is tested against, lives beside the tests: tests/reference.py.)
+"""The reputation update (paper Eq. 1) of a duel and down-weighting (appendix C.1); a round's
+judgments become duels settled here and preference pairs in :mod:`sparta.aggregation`. (The
+literal sequential loop of Algorithm 1, the reference the staged workflow is tested against,
+lives beside the tests: tests/reference.py.)
 
 Pure Python and numpy: no model, no heavy import. Every constant is a field of
 :class:`ReputationSettings`; its defaults are the authors' code's values, and
@@ -23,17 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 
-from . import fields, tables
+from . import fields
 from .fields import setting
 from .matchmaking import check_pool
-from .seeds import derive_seed
 
 _SQRT2 = math.sqrt(2.0)
 ADDED_RANDOM_LABELS = "random_labels null arm"
@@ -422,33 +421,37 @@ def update(
     return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
 
 
-def weighted_mean(
-    scores: Iterable[tuple[int, float | None]], state: PoolState, judge_weights: bool = True
-) -> tuple[float | None, int]:
-    """The paper's Aggregate: the mean of (judge index, score) pairs weighted by the judges'
-    live reputations (times their down-weighting weights unless ``judge_weights`` is off);
-    null scores are left out of numerator and denominator. Returns (mean, or None without
-    weight; judges used)."""
-    num = den = 0.0
-    used = 0
-    for j, s in scores:
-        if s is None or math.isnan(s):
-            continue
-        w = state.reputation[j] * (state.weight[j] if judge_weights else 1.0)
-        num += w * s
-        den += w
-        used += 1
-    return (num / den if den > 0 else None), used
-
-
 def decide(score_a: float | None, score_b: float | None) -> str:
     if score_a is None or score_b is None:
         return "no_verdict"
-    if score_a > score_b:
-        return "a"
-    if score_b > score_a:
-        return "b"
-    return "tie"
+    return "a" if score_a > score_b else "b" if score_b > score_a else "tie"
+
+
+@dataclass(frozen=True)
+class Duel:
+    """One duel of a round: its id, its prompt and its two members."""
+
+    duel_id: str
+    prompt_id: str
+    prompt: str
+    member_a: str
+    member_b: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A duel's aggregated scores (None: no usable judge), the judges behind both and those
+    dropped for scoring one side only."""
+
+    score_a: float | None
+    score_b: float | None
+    n_judges: int = 0
+    dropped: int = 0
+
+    @property
+    def outcome(self) -> str:
+        """a, b, tie or no_verdict."""
+        return decide(self.score_a, self.score_b)
 
 
 def _standing(state: PoolState, a: int, b: int, when: str) -> dict:
@@ -460,194 +463,54 @@ def _standing(state: PoolState, a: int, b: int, when: str) -> dict:
     }
 
 
-def settle_duel(state, duel_id, a, b, s_a, s_b, n_judges, dropped, params) -> tuple[dict, str]:
-    """Decide one duel from its aggregated scores and, unless it has no verdict, update both
-    reputations. With ``downweight_target: combatant`` the update sees each combatant's score
-    times its down-weighting weight; the verdict never does. Returns the history row and the
-    outcome (a, b, tie, no_verdict)."""
+def settle_duel(state: PoolState, duel: Duel, verdict: Verdict, params: ReputationSettings) -> dict:
+    """The history row of a duel, after updating both reputations unless it has no verdict.
+    With ``downweight_target: combatant`` the update sees each combatant's score times its
+    down-weighting weight; the verdict never does."""
+    a, b, s_a, s_b = duel.member_a, duel.member_b, verdict.score_a, verdict.score_b
     ia, ib = state.index[a], state.index[b]
     before = _standing(state, ia, ib, "before")
-    outcome = decide(s_a, s_b)
     k = gap = float("nan")
-    if outcome != "no_verdict":
+    if verdict.outcome != "no_verdict":
         u_a, u_b = s_a, s_b
         if params.downweight_target == "combatant":
             u_a, u_b = s_a * state.weight[ia], s_b * state.weight[ib]
         gap = u_a - u_b
         k = update(state, ia, ib, u_a, u_b, params)[0]
-    row = {
+    return {
         "iteration": state.iteration,
         "round": state.round,
-        "duel_id": duel_id,
+        "duel_id": duel.duel_id,
         "member_a": a,
         "member_b": b,
         "score_a": float("nan") if s_a is None else s_a,
         "score_b": float("nan") if s_b is None else s_b,
-        "n_judges": n_judges,
-        "dropped_judges": dropped,
+        "n_judges": verdict.n_judges,
+        "dropped_judges": verdict.dropped,
         "gap": gap,
         **before,
         **_standing(state, ia, ib, "after"),
         "kappa": k,
-        "outcome": outcome,
-    }
-    return row, outcome
-
-
-def paired_scores(side_a, side_b) -> tuple[list, list, int]:
-    """The judgments of both sides by the judges that scored both answers; a judge with one
-    usable score only is left out of both means. Returns (side a, side b, judges dropped)."""
-    both = {j for j, _ in side_a} & {j for j, _ in side_b}
-    kept_a = [(j, x) for j, x in side_a if j in both]
-    kept_b = [(j, x) for j, x in side_b if j in both]
-    return kept_a, kept_b, len(side_a) + len(side_b) - 2 * len(both)
-
-
-def preference(state, duel_id, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome) -> dict:
-    """The preference pair of a won duel: the winner's answer chosen."""
-    won_a = outcome == "a"
-    return {
-        "iteration": state.iteration,
-        "round": state.round,
-        "duel_id": duel_id,
-        "prompt_id": prompt_id,
-        "prompt": prompt,
-        "chosen": ya if won_a else yb,
-        "rejected": yb if won_a else ya,
-        "chosen_member": a if won_a else b,
-        "rejected_member": b if won_a else a,
-        "chosen_score": s_a if won_a else s_b,
-        "rejected_score": s_b if won_a else s_a,
-        "margin": abs(s_a - s_b),
-        "trainee": None,  # every member trains on Sparta's pairs
-        "kind": "actor",
+        "outcome": verdict.outcome,
     }
 
 
-SWAPPED_COLUMNS = (
-    ("chosen", "rejected"),
-    ("chosen_member", "rejected_member"),
-    ("chosen_score", "rejected_score"),
-)
-"""The columns of a pair that random labels swap, two by two."""
-
-
-def label_coin(seed: int, iteration: int, duel_id: str) -> bool:
-    """The random_labels coin of one pair (``reputation.labels: random``): True swaps its chosen
-    and rejected. Seeded by (seed, iteration, duel) through ``derive_seed`` and drawn by numpy,
-    whose seeding mixes the bits (the parity of a CRC alone is linear in the duel id's bits)."""
-    return bool(np.random.default_rng(derive_seed("random-labels", seed, iteration, duel_id)).random() < 0.5)
-
-
-def swap_labels(pair: dict, seed: int) -> dict:
-    """A pair with chosen and rejected (texts, members, scores) swapped where :func:`label_coin`
-    says; the margin and everything else stay."""
-    if not label_coin(seed, pair["iteration"], pair["duel_id"]):
-        return pair
-    swapped = dict(pair)
-    for a, b in SWAPPED_COLUMNS:
-        swapped[a], swapped[b] = pair[b], pair[a]
-    return swapped
-
-
-def frame(rows: list[dict], kind: str) -> pd.DataFrame:
-    """Rows (dicts by column name) as a table of ``kind``."""
-    return pd.DataFrame(rows, columns=tables.columns(kind)) if rows else tables.empty(kind)
-
-
-def _usable_judgments(state: PoolState, duels: pd.DataFrame, judgments: pd.DataFrame):
-    """Check a round's duels and judgments against the pool and each other; return the
-    usable judgments as arrays (duel position, side 0 = a / 1 = b, judge index, score)."""
-    members = pd.Index(state.members)
-    a_idx = members.get_indexer(duels["member_a"])
-    b_idx = members.get_indexer(duels["member_b"])
-    bad = sorted(set(duels["member_a"][a_idx < 0]) | set(duels["member_b"][b_idx < 0]))
-    if bad:
-        raise AggregationError(f"duels name unknown member(s) {bad}; pool is {state.members}")
-    if (a_idx == b_idx).any():
-        raise AggregationError("a duel pairs a member with itself")
-    if duels["duel_id"].duplicated().any():
-        raise AggregationError("duel ids repeat within the round")
-
-    pos = pd.Index(duels["duel_id"]).get_indexer(judgments["duel_id"])
-    if (pos < 0).any():
-        extra = sorted(set(judgments["duel_id"][pos < 0]))[:5]
-        raise AggregationError(f"judgments refer to duel(s) not in this round: {extra}")
-    judge = members.get_indexer(judgments["judge"])
-    if (judge < 0).any():
-        unknown = sorted(set(judgments["judge"][judge < 0]))
-        raise AggregationError(f"judgments name unknown judge(s) {unknown}; pool is {state.members}")
-    target = members.get_indexer(judgments["target"])
-    side = np.where(target == a_idx[pos], 0, np.where(target == b_idx[pos], 1, -1))
-    if (side < 0).any():
-        row = judgments[side < 0].iloc[0]
-        raise AggregationError(
-            f"judgment of {row['judge']} in duel {row['duel_id']} targets {row['target']}, "
-            f"who is not in that duel"
-        )
-    score = judgments["score"].to_numpy(dtype=float, na_value=np.nan)
-    usable = np.isfinite(score) & (judge != a_idx[pos]) & (judge != b_idx[pos])
-    out_of_range = usable & ((score < 1) | (score > 10))
-    if out_of_range.any():
-        raise AggregationError(f"judge scores must lie in [1, 10]; got {score[out_of_range][:5]}")
-    key = (pos * 2 + side) * len(members) + judge
-    if pd.Series(key).duplicated().any():
-        raise AggregationError("a judge scored the same response of a duel twice")
-    return pos[usable], side[usable], judge[usable], score[usable]
-
-
-def _scores_by_side(n_duels: int, pos, side, judge, score) -> list[list[tuple[int, float]]]:
-    """Usable (judge, score) pairs of each (duel, side) slot, judges in pool order."""
-    order = np.lexsort((judge, side, pos))
-    slots: list[list[tuple[int, float]]] = [[] for _ in range(2 * n_duels)]
-    for s, j, x in zip((pos * 2 + side)[order].tolist(), judge[order].tolist(), score[order].tolist()):
-        slots[s].append((j, x))
-    return slots
-
-
-def aggregate_round(
-    state: PoolState,
-    duels: pd.DataFrame,
-    responses: pd.DataFrame,
-    judgments: pd.DataFrame,
-    params: ReputationSettings,
-) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Aggregate one round's judgments and update ``state`` duel by duel, in table order.
-
-    Returns (history rows, preference pairs, counts). Each duel uses the judges' live
-    reputations and is decided at its own time (Algorithm 1); ties are dropped and counted.
-    Both aggregated scores of a duel are means over the same judges. A decided duel whose two
-    answers are the same text updates the reputations but makes no pair (DPO would learn
-    nothing from it), counted as ``identical``. With ``labels: random`` each pair's chosen and
-    rejected are swapped where its seeded coin says (:func:`swap_labels`, counted as
-    ``swapped``); the history and the reputations are the judged ones.
-    """
-    if len(duels):
-        state.round = int(duels["round"].iloc[0])
-    slots = _scores_by_side(len(duels), *_usable_judgments(state, duels, judgments))
-    texts = dict(zip(zip(responses["duel_id"], responses["member"]), responses["response"]))
-    history, prefs = [], []
-    counts = {"duels": len(duels), "a": 0, "b": 0, "tie": 0, "no_verdict": 0, "identical": 0}
-    cols = [duels[c].tolist() for c in ("duel_id", "member_a", "member_b", "prompt_id", "prompt")]
-    judge_weights = params.downweight_target == "judge"
-    for d, (did, a, b, prompt_id, prompt) in enumerate(zip(*cols)):
-        side_a, side_b, dropped = paired_scores(slots[2 * d], slots[2 * d + 1])
-        s_a, n_judges = weighted_mean(side_a, state, judge_weights)
-        s_b, _ = weighted_mean(side_b, state, judge_weights)
-        row, outcome = settle_duel(state, did, a, b, s_a, s_b, n_judges, dropped, params)
-        history.append(row)
-        counts[outcome] += 1
-        if outcome in ("a", "b"):
-            ya, yb = texts.get((did, a)), texts.get((did, b))
-            if ya is None or yb is None:
-                raise AggregationError(f"duel {did} has judgments but no response of {a}/{b}")
-            if ya == yb:
-                counts["identical"] += 1
-                continue
-            prefs.append(preference(state, did, prompt_id, prompt, a, b, ya, yb, s_a, s_b, outcome))
-    if params.labels == "random":
-        if params.labels_seed is None:
-            raise AggregationError("reputation.labels: random needs labels_seed (the run's seed)")
-        judged, prefs = prefs, [swap_labels(p, params.labels_seed) for p in prefs]
-        counts["swapped"] = sum(p is not q for p, q in zip(prefs, judged))
-    return frame(history, "history"), frame(prefs, "preferences"), counts
+def problems(r: ReputationSettings) -> list[str]:
+    """Reputation settings under which no reputation can ever move, though updates are on."""
+    if not r.updates:
+        return []
+    fix = "set reputation.updates: false for the ablation without updates"
+    if max(r.kappa_start, r.kappa_min) == 0:
+        return [f"reputation.kappa_start and kappa_min are 0: no reputation can ever change; {fix}"]
+    if r.eps == 0:
+        return [
+            "reputation.eps is 0: every member starts at the same reputation, so the first update "
+            f"(and every one after it) is 0 and no reputation ever changes; use eps > 0 or {fix}"
+        ]
+    largest = 9 * max(r.kappa_start, r.kappa_min) / r.scale  # a 1-10 score gap, surprise 1, tanh < 1
+    if largest < 1e-9 * max(r.initial_reputation, r.floor):
+        return [
+            f"reputation.scale ({r.scale:g}) makes the largest update {largest:.3g}, too small to change "
+            f"a reputation of {r.initial_reputation:g}: lower it (authors 20, paper 1) or {fix}"
+        ]
+    return []

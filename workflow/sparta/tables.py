@@ -444,6 +444,11 @@ def empty(kind: str) -> pd.DataFrame:
     return _schema(kind).empty_table().to_pandas()
 
 
+def frame(rows: list[dict], kind: str) -> pd.DataFrame:
+    """Rows (dicts by column name) as a table of ``kind``."""
+    return pd.DataFrame(rows, columns=columns(kind)) if rows else empty(kind)
+
+
 def to_arrow(df: pd.DataFrame, kind: str) -> pa.Table:
     schema = _schema(kind)
     missing = [c for c in schema.names if c not in df.columns]

@@ -80,7 +80,9 @@ def judge_duels(
     if secret and not pairs:
         prefix = LABEL_PREFIX
     tables = _label_tables(judge, items, seeds, 2 if pairs else len(rubric.points)) if secret else None
-    built, sanitized, duel_labels = _duel_requests(judge, items, cfg, system, prefix, rubric, tables)
+    built, sanitized, duel_labels = _duel_requests(
+        judge, items, cfg, system, prefix=prefix, rubric=rubric, tables=tables
+    )
     if not built:
         return []
     cut = [c for _, _, c in built]
@@ -88,7 +90,7 @@ def judge_duels(
     if pairs:  # both orders read both answers: each answer is charged half
         read = [(read[k - k % 2] + read[k - k % 2 + 1]) // 2 for k in range(len(read))]
     if cfg.mode == "expected":
-        logps = _candidate_logprobs(judge, built, duel_labels, cfg, system, prefix, rubric)
+        logps = _candidate_logprobs(judge, built, duel_labels, cfg, system, prefix=prefix, rubric=rubric)
     else:
         outs = judge.generate(
             [ids for _, ids, _ in built], cfg.sampling, list(seeds), cfg.generate_batch_size, "judge"
@@ -105,7 +107,7 @@ def judge_duels(
     return result
 
 
-def _duel_requests(judge, items: list[JudgeItem], cfg: JudgeSettings, system, prefix: str, rubric, tables):
+def _duel_requests(judge, items: list[JudgeItem], cfg: JudgeSettings, system, *, prefix: str, rubric, tables):
     """The judge's requests of each duel (two: each answer alone, or both answers in both
     orders) as :func:`judge_ids` builds them, whether each answer was sanitized, and the
     label table each request is read through (None: the public labels)."""
@@ -122,13 +124,17 @@ def _duel_requests(judge, items: list[JudgeItem], cfg: JudgeSettings, system, pr
         else:  # each answer under its own prompt (judge_answers pairs items across prompts)
             asked = ((a.prompt, [ya], la), (b.prompt, [yb], lb))
         for prompt, shown, labels in asked:
-            built.append(judge_ids(judge.tok, prompt, shown, cfg, system, prefix, rubric, labels))
+            built.append(
+                judge_ids(judge.tok, prompt, shown, cfg, system, prefix, rubric=rubric, labels=labels)
+            )
         sanitized += [sa, sb]
         duel_labels += [la, lb]
     return built, sanitized, duel_labels
 
 
-def _candidate_logprobs(judge, built, duel_labels, cfg: JudgeSettings, system, prefix: str, rubric) -> list:
+def _candidate_logprobs(
+    judge, built, duel_labels, cfg: JudgeSettings, system, *, prefix: str, rubric
+) -> list:
     """Expected mode: the log-probability of each candidate verdict after each request.
     Secret labels: the candidates are the judgment's labels, in the order of the levels
     (pointwise) or of the positions (pairwise), so the mapping back is by position."""

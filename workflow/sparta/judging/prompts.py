@@ -179,6 +179,7 @@ def judge_ids(
     cfg: JudgeSettings,
     system: str | None,
     prefix: str,
+    *,
     rubric: Rubric = SPARTA_RUBRIC,
     labels: tuple[str, ...] | None = None,
 ) -> tuple[str, list[int], bool]:

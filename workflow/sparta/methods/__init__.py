@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import pandas as pd
 
-from .base import JudgeRun, Method, best_and_worst, mean_judgment, self_duels
+from ..settings import BaselineSettings
+from .base import JudgeRun, Method, Round, best_and_worst, mean_judgment, self_duels
 from .meta_rewarding import MetaRewarding, meta_judge_pairs
 from .self_rewarding import SelfRewarding
 from .sparta import Sparta
@@ -32,6 +33,7 @@ __all__ = [
     "REGISTRY",
     "JudgeRun",
     "Method",
+    "Round",
     "baseline_pairs",
     "best_and_worst",
     "get",
@@ -61,8 +63,6 @@ def samples_per_prompt(method: str, samples: int | None) -> int:
 def trained_iterations(method: str, t: int, spin_history: int = 1) -> list[int]:
     """The iterations whose pairs the members train on at the end of iteration ``t``: ``t``
     alone, or for SPIN the last ``spin_history`` iterations up to ``t``."""
-    from ..settings import BaselineSettings
-
     return get(method).trained_iterations(t, BaselineSettings(spin_history=spin_history))
 
 
@@ -77,11 +77,56 @@ def baseline_pairs(
 ) -> pd.DataFrame:
     """A baseline's pairs of a round with these settings (``others``: more of
     :class:`~sparta.settings.BaselineSettings` by name; the rest at their defaults)."""
-    from ..settings import BaselineSettings
-
     m = get(method)
     if not m.baseline:
         baselines = tuple(name for name, b in REGISTRY.items() if b.baseline)
         raise ValueError(f"{method} is not a baseline; baselines: {baselines}")
     settings = replace(BaselineSettings(), length_control=length_control, min_margin=min_margin, **others)
     return m.pairs(duels, responses, judgments, settings)
+
+
+def problems(settings, root, notes: list[str]) -> list[str]:
+    """What the method needs that the config may lack, and reputation settings that cannot move
+    (a method with reputations) or that it would not use; what its judge settings make
+    impossible (meta-rewarding's judge pairs under greedy or single judgments) goes to ``notes``."""
+    from ..reputation import problems as reputation_problems
+
+    method = get(settings.method)
+    notes.extend(method.judging_warnings(settings.judge, settings.baselines))
+    if not method.baseline:
+        return _needs(settings, root, notes) + reputation_problems(settings.reputation)
+    if settings.reputation.labels == "random":
+        return [
+            f"reputation.labels: random swaps the pairs of Sparta's aggregation; method {method.name} "
+            "makes its own pairs and would train on judged labels: use method: sparta for the null arm",
+            *_needs(settings, root, notes),
+        ]
+    return _needs(settings, root, notes)
+
+
+def _needs(settings, root, notes: list[str]) -> list[str]:
+    from ..pool import judge_model_problems
+
+    m = settings.method
+    if settings.judge.kind == "reference":
+        if m in ("spin", "meta_rewarding"):
+            why = (
+                "SPIN does not judge"
+                if m == "spin"
+                else "its meta-judge judges judgments, which have no answer"
+            )
+            return [
+                f"judge.kind: reference with method {m}: {why}; use it with sparta, self_rewarding or sppo"
+            ]
+        if not settings.prompts.answer_column:
+            return [
+                "judge.kind: reference checks answers against the prompts' answers: set prompts.answer_column"
+            ]
+    if m == "spin" and not settings.prompts.reference_column:
+        return ["method spin needs a reference answer per prompt: set prompts.reference_column"]
+    if m in ("self_rewarding", "meta_rewarding") and settings.judge.format != "pointwise":
+        return [f"method {m}: a member scores each of its own answers alone: set judge.format: pointwise"]
+    if m == "sppo" and settings.baselines.annotator is not None:
+        annotator = settings.baselines.annotator
+        return judge_model_problems(root, annotator, "baselines.annotator", notes, settings.backend)
+    return []

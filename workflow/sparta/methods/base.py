@@ -10,11 +10,26 @@ method object; none of them branches on the method's name.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import pandas as pd
 
 from .. import tables
+from ..jobs import by_base
+from ..judging import JudgeItem, Judgment, defences, reference_judgment
+from ..matchmaking import duel_id
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's duels, answers and judgments, and where it sits in the run."""
+
+    iteration: int
+    round: int
+    duels: pd.DataFrame
+    responses: pd.DataFrame
+    judgments: pd.DataFrame
 
 
 class Method:
@@ -41,7 +56,7 @@ class Method:
         """Rounds of an iteration: one for a baseline."""
         return 1
 
-    def duels(self, plan, members, reputations, matchmaking, seed, t: int, r: int) -> pd.DataFrame:
+    def duels(self, plan, members, reputations, matchmaking, seed, *, t: int, r: int) -> pd.DataFrame:
         """A baseline's duels of a round: every member against itself on every planned prompt."""
         return self_duels(plan, members, t, r)
 
@@ -69,27 +84,22 @@ class Method:
         rejected (DPO would learn nothing from them)."""
         made = self.pair_rows(duels, responses, judgments, baselines)
         rows = [r for r in made if r["chosen"] != r["rejected"]]
-        prefs = (
-            pd.DataFrame(rows, columns=tables.columns("preferences")) if rows else tables.empty("preferences")
-        )
-        return prefs, len(made) - len(rows)
+        return tables.frame(rows, "preferences"), len(made) - len(rows)
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         raise NotImplementedError
 
-    def aggregate(self, state, duels, responses, judgments, reputation, baselines, t: int, r: int):
+    def aggregate(self, state, round_: Round, reputation, baselines):
         """(history, preferences, counts) of a round; a baseline leaves the reputations."""
-        from ..reputation import frame
-
-        state.iteration, state.round = t, r
-        prefs, identical = self.kept_pairs(duels, responses, judgments, baselines)
+        state.iteration, state.round = round_.iteration, round_.round
+        prefs, identical = self.kept_pairs(round_.duels, round_.responses, round_.judgments, baselines)
         counts = {
-            "prompts": len(duels),
+            "prompts": len(round_.duels),
             "pairs": len(prefs),
             "identical": identical,
             **prefs.groupby("trainee").size().to_dict(),
         }
-        return frame([], "history"), prefs, counts
+        return tables.empty("history"), prefs, counts
 
     def trained_iterations(self, t: int, baselines) -> list[int]:
         """Iterations whose pairs the members train on at the end of iteration ``t``."""
@@ -106,7 +116,7 @@ class JudgeRun:
     backend serving them (None for the reference judge); ``seed(*parts)``: the seed of one
     sampled judgment."""
 
-    def __init__(self, specs, duels, responses, cfg, system, baselines, backend, seed):
+    def __init__(self, specs, duels, responses, cfg, system, baselines, *, backend, seed):
         self.specs, self.duels, self.cfg, self.system = specs, duels, cfg, system
         self.baselines, self.backend, self.seed = baselines, backend, seed
         self.reference = cfg.kind == "reference"  # no model runs: answers checked
@@ -123,9 +133,6 @@ class JudgeRun:
         """Judge ``asked`` [(served member, duel id, ..., item)] in groups of one base: one
         Judgment each, in order; ``judge_fn(served, positions)``. The reference judge checks
         each item's answer against its duel's prompt answer instead."""
-        from ..jobs import by_base
-        from ..judging import reference_judgment
-
         if self.reference:
             return [
                 reference_judgment(a[-1].response, self.answer_of.get(a[1]), self.cfg.answer) for a in asked
@@ -144,7 +151,6 @@ class JudgeRun:
         judgment is thrown away: :func:`~sparta.judging.judge_answers` would pad it with a copy
         of the last item, whose seed would change that item's label table (with secret labels)
         and so make it depend on what else the call holds (e.g. on the job's fan-out)."""
-        from ..judging import JudgeItem
 
         def call(served, group):
             items, seeds = [asked[i][-1] for i in group], [seed_of(i) for i in group]
@@ -177,8 +183,6 @@ class JudgeRun:
 
     def table(self, method: Method) -> pd.DataFrame:
         """The judgments table of the job (every member's rows)."""
-        from ..judging import defences
-
         columns = [c for c in tables.columns("judgments") if c not in ("format", "defences")]
         out = pd.DataFrame(self.rows, columns=columns)
         out["format"] = "reference" if self.reference else method.judgment_format(self.cfg)
@@ -191,8 +195,6 @@ class JudgeRun:
 
 def self_duels(plan: pd.DataFrame, members: list[str], iteration: int, round_: int) -> pd.DataFrame:
     """A baseline's duels of a round: every member against itself on every planned prompt."""
-    from ..matchmaking import duel_id
-
     rows = plan[plan["round"] == round_]
     out = []
     for m in members:
@@ -212,10 +214,10 @@ def self_duels(plan: pd.DataFrame, members: list[str], iteration: int, round_: i
                     "opponent_candidates": [m],
                 }
             )
-    return pd.DataFrame(out, columns=tables.columns("duels")) if out else tables.empty("duels")
+    return tables.frame(out, "duels")
 
 
-def pair(duel, member, chosen, rejected, s_c, s_r, kind="actor", prompt=None) -> dict:
+def pair(duel, member, chosen, rejected, s_c, s_r, *, kind="actor", prompt=None) -> dict:
     """One row of the preferences table: ``member``'s pair, trained on by the member."""
     return {
         "iteration": int(duel.iteration),
@@ -295,8 +297,6 @@ def mean_judgment(samples: list):
     """One score from several sampled judgments of an answer: the mean of the usable scores,
     None when none is; the raw texts kept as a JSON list, tokens read and generated and
     requests summed, truncated/sanitized when any was."""
-    from ..judging import Judgment
-
     if len(samples) == 1:
         return samples[0]
     usable = [j.score for j in samples if j.score is not None]

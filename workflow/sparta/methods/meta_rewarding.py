@@ -84,11 +84,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .base import duel_row, pair
+from ..jobs import by_base
+from ..judging import RUBRICS, Judgment, judge_answers, judge_ids, meta_judge, strip_score
+from ..members import MemberSpec
+from .base import Round, duel_row, pair
 from .self_rewarding import SelfRewarding
 
 LENGTH_CONTROL = (0.0, 0.0, 0.1)
@@ -113,8 +116,6 @@ class MetaRewarding(SelfRewarding):
         )
 
     def judge(self, run) -> None:
-        from ..judging import RUBRICS
-
         asked, each, n_each = self.judge_own(run)
         rubric = RUBRICS[run.baselines.judge_prompt]
         n = run.baselines.meta_judgments
@@ -123,23 +124,21 @@ class MetaRewarding(SelfRewarding):
         chosen = _most_varied_answers(asked, each, n_each, rubric)
         # 2. its N judgments, with reasons
         if reuse:
-            judgments = [each[i * n_each : i * n_each + n] for *_, i in chosen]
+            judgments = [each[c.position * n_each : c.position * n_each + n] for c in chosen]
         else:
             judgments = _sampled_judgments(run, asked, chosen, n, rubric)
         users = _judge_users(run, asked, chosen, rubric)
         # 3. every two judgments, stripped of their scores, in both orders
         asks, verdicts = _meta_verdicts(run, chosen, judgments, users, n, rubric)
         # 4. the Elo of each judgment; one "meta" row per re-judged answer
-        for c, (spec, duel, k, _) in enumerate(chosen):
-            mine = [(a, b, verdicts[q][0]) for q, (cc, a, b, _) in enumerate(asks) if cc == c]
-            read = sum(verdicts[q][1] for q, q_ in enumerate(asks) if q_[0] == c)
-            judgment = _meta_judgment(users[c], k, judgments[c], mine, read, n, reuse)
-            run.add(spec.name, duel, spec.name, k, judgment, "meta")
+        for c, answer in enumerate(chosen):
+            mine = [(q.first, q.second, v[0]) for q, v in zip(asks, verdicts) if q.answer == c]
+            read = sum(v[1] for q, v in zip(asks, verdicts) if q.answer == c)
+            judgment = _meta_judgment(users[c], answer.sample, judgments[c], mine, read, reuse=reuse)
+            run.add(answer.spec.name, answer.duel, answer.spec.name, answer.sample, judgment, "meta")
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         """Actor pairs, then the judge pairs the caps keep (:func:`capped_judge_pairs`)."""
-        from ..judging import RUBRICS
-
         actor = super().pair_rows(duels, responses, judgments, baselines)
         levels = len(RUBRICS[baselines.judge_prompt].points)
         per_score = baselines.judge_pair_cap == "per_score"
@@ -154,12 +153,10 @@ class MetaRewarding(SelfRewarding):
         )
         return actor + judge
 
-    def aggregate(self, state, duels, responses, judgments, reputation, baselines, t: int, r: int):
+    def aggregate(self, state, round_: Round, reputation, baselines):
         """As every baseline's, with the judge pairs formed and kept under the caps counted."""
-        history, prefs, counts = super().aggregate(
-            state, duels, responses, judgments, reputation, baselines, t, r
-        )
-        counts["judge_pairs_formed"] = len(judge_pair_candidates(duels, judgments))
+        history, prefs, counts = super().aggregate(state, round_, reputation, baselines)
+        counts["judge_pairs_formed"] = len(judge_pair_candidates(round_.duels, round_.judgments))
         counts["judge_pairs"] = int((prefs["kind"] == "judge").sum())
         return history, prefs, counts
 
@@ -167,9 +164,31 @@ class MetaRewarding(SelfRewarding):
 # --- the steps of the judge job -----------------------------------------------------------------
 
 
-def _most_varied_answers(asked: list, each: list, n_each: int, rubric) -> list[tuple]:
-    """Per (member, duel), the sample whose own judgments vary most: (spec, duel, sample,
-    position in ``asked``), in the order the (member, duel) pairs were first asked."""
+@dataclass(frozen=True)
+class Rejudged:
+    """The answer of a (member, duel) re-judged for judge pairs: its sample and its position in
+    the member's self-judgments (``asked``)."""
+
+    spec: MemberSpec
+    duel: str
+    sample: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A meta-judge question: judgments ``first`` and ``second`` of re-judged answer ``answer``
+    (its index among them), shown as ``texts``, stripped of their scores."""
+
+    answer: int
+    first: int
+    second: int
+    texts: tuple[str, str]
+
+
+def _most_varied_answers(asked: list, each: list, n_each: int, rubric) -> list[Rejudged]:
+    """Per (member, duel), the sample whose own judgments vary most, in the order the (member,
+    duel) pairs were first asked."""
     spread: dict[tuple, dict[int, float | None]] = {}
     for i, (spec, duel, k, _) in enumerate(asked):
         samples = each[i * n_each : (i + 1) * n_each]
@@ -184,16 +203,14 @@ def _most_varied_answers(asked: list, each: list, n_each: int, rubric) -> list[t
         k = most_varied(v)
         if k is not None:
             spec, i = item_of[(member, duel, k)]
-            chosen.append((spec, duel, k, i))
+            chosen.append(Rejudged(spec, duel, k, i))
     return chosen
 
 
-def _sampled_judgments(run, asked: list, chosen: list[tuple], n: int, rubric) -> list[list]:
+def _sampled_judgments(run, asked: list, chosen: list[Rejudged], n: int, rubric) -> list[list]:
     """N sampled judgments (generate mode, with reasons) of each chosen answer, each seeded."""
-    from ..judging import judge_answers
-
     sampled = replace(run.cfg, mode="generate")
-    again = [(spec, duel, k, asked[i][3]) for spec, duel, k, i in chosen for _ in range(n)]
+    again = [(c.spec, c.duel, c.sample, asked[c.position][3]) for c in chosen for _ in range(n)]
     texts = run.judged(
         again,
         judge_answers,
@@ -204,59 +221,48 @@ def _sampled_judgments(run, asked: list, chosen: list[tuple], n: int, rubric) ->
     return [texts[c * n : (c + 1) * n] for c in range(len(chosen))]
 
 
-def _judge_users(run, asked: list, chosen: list[tuple], rubric) -> list:
+def _judge_users(run, asked: list, chosen: list[Rejudged], rubric) -> list:
     """The judge's user message of each chosen answer, which the meta-judge is shown."""
-    from ..judging import judge_ids
-
     sampled = replace(run.cfg, mode="generate")
+    items = [asked[c.position][3] for c in chosen]
     return [
         judge_ids(
-            run.backend.serve(spec).tok,
-            asked[i][3].prompt,
-            [asked[i][3].response],
-            sampled,
-            run.system,
-            "",
-            rubric,
+            run.backend.serve(c.spec).tok, x.prompt, [x.response], sampled, run.system, "", rubric=rubric
         )[0]
-        for spec, _, _, i in chosen
+        for c, x in zip(chosen, items)
     ]
 
 
-def _meta_verdicts(run, chosen: list[tuple], judgments: list[list], users: list, n: int, rubric):
+def _meta_verdicts(run, chosen: list[Rejudged], judgments: list[list], users: list, n: int, rubric):
     """Every two judgments of a chosen answer, stripped of their scores, in both orders, each
-    judged by the member itself as meta-judge: the questions (chosen index, a, b, texts) and
-    their verdicts. Only where a judge pair can form (two of the judgments give different
-    scores): elsewhere, whatever the meta-judge said, the pair of the highest and the lowest
-    rated would be dropped."""
-    from ..jobs import by_base
-    from ..judging import meta_judge, strip_score
-
+    judged by the member itself as meta-judge: the questions and their verdicts. Only where a
+    judge pair can form (two of the judgments give different scores): elsewhere, whatever the
+    meta-judge said, the pair of the highest and the lowest rated would be dropped."""
     orders = [(a, b) for a in range(n) for b in range(n) if a != b]
+    shown = [[strip_score(j.raw, rubric) for j in js] for js in judgments]
     asks = [
-        (c, a, b, (strip_score(judgments[c][a].raw, rubric), strip_score(judgments[c][b].raw, rubric)))
+        Comparison(c, a, b, (shown[c][a], shown[c][b]))
         for c in range(len(chosen))
         if can_pair([j.score for j in judgments[c]])
         for a, b in orders
     ]
     verdicts = [None] * len(asks)
-    for group in by_base([chosen[q[0]][0] for q in asks]):
-        served = run.backend.serve_each([chosen[asks[g][0]][0] for g in group])
-        users_of = [users[asks[g][0]] for g in group]
-        texts = [asks[g][3] for g in group]
+    for group in by_base([chosen[q.answer].spec for q in asks]):
+        served = run.backend.serve_each([chosen[asks[g].answer].spec for g in group])
+        users_of = [users[asks[g].answer] for g in group]
+        texts = [asks[g].texts for g in group]
         for g, v in zip(group, meta_judge(served, users_of, texts, run.cfg, run.system)):
             verdicts[g] = v
     return asks, verdicts
 
 
-def _meta_judgment(user, k: int, judgments: list, mine: list, read: int, n: int, reuse: bool):
+def _meta_judgment(user, k: int, judgments: list, mine: list, read: int, *, reuse: bool) -> Judgment:
     """The "meta" row of one re-judged answer: its judgments' Elo from the meta-judge's
     verdicts ``mine`` ((a, b, p) per comparison), the spread of the Elo as its score, and the
-    tokens and requests it cost (``read``: the meta-judge's prompt tokens)."""
-    from ..judging import Judgment
-
+    tokens and requests it cost (``read``: the meta-judge's prompt tokens; ``reuse``: the
+    judgments are the actor's own, sampled at no extra cost)."""
     usable = [(a, b, p) for a, b, p in mine if p is not None]
-    ratings = elo_ratings(n, usable) if usable else None
+    ratings = elo_ratings(len(judgments), usable) if usable else None
     why = "no meta-judge verdict" if mine else NOT_ASKED
     raw = json.dumps(
         {
@@ -395,8 +401,8 @@ def judge_pair_candidates(duels, judgments) -> list[tuple[dict, float]]:
             texts[lo],
             1 + 9 * p,
             1 + 9 * (1 - p),
-            "judge",
-            meta["user"],
+            kind="judge",
+            prompt=meta["user"],
         )
         pairs.append((made, float(scores[hi])))
     return pairs

@@ -18,6 +18,7 @@ members start from the shared initial pool.
 
 from __future__ import annotations
 
+from ..judging import RUBRICS, JudgeItem, judge_answers
 from .base import Method, best_and_worst_pairs, mean_judgment
 
 
@@ -35,8 +36,6 @@ class SelfRewarding(Method):
     def judge_own(self, run) -> tuple[list, list, int]:
         """Each member judges its own answers, ``n`` times each: adds one row per answer (the
         mean) and returns (asked, every sampled judgment in turn, n) for meta-rewarding."""
-        from ..judging import RUBRICS, JudgeItem, judge_answers
-
         asked = []  # (member, duel id, sample, item): every answer of the member to its prompts
         for spec in run.specs:
             for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):

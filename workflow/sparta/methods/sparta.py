@@ -14,7 +14,11 @@ and the chat template ends chosen/rejected texts.
 
 from __future__ import annotations
 
-from .base import Method
+from ..aggregation import aggregate_round
+from ..judging import JudgeItem, judge_duels
+from ..matchmaking import match_round
+from ..reputation import begin_iteration
+from .base import Method, Round
 
 
 class Sparta(Method):
@@ -29,15 +33,11 @@ class Sparta(Method):
     def rounds(self, settings) -> int:
         return settings.matchmaking.rounds_per_iteration
 
-    def duels(self, plan, members, reputations, matchmaking, seed, t: int, r: int):
-        from ..matchmaking import match_round
-
+    def duels(self, plan, members, reputations, matchmaking, seed, *, t: int, r: int):
         return match_round(plan, members, reputations, matchmaking, seed, r)
 
     def judge(self, run) -> None:
         """Each served judge scores both answers of every duel it is not in."""
-        from ..judging import JudgeItem, judge_duels
-
         asked = []  # (judge, duel id, target, item): both answers of a duel in turn
         duels = run.duels
         for spec in run.specs:
@@ -54,9 +54,7 @@ class Sparta(Method):
         for (spec, duel, target, _), j in zip(asked, judged):
             run.add(spec.name, duel, target, 0, j)
 
-    def aggregate(self, state, duels, responses, judgments, reputation, baselines, t: int, r: int):
-        from ..reputation import aggregate_round, begin_iteration
-
-        begin_iteration(state, t, reputation)
-        state.round = r
-        return aggregate_round(state, duels, responses, judgments, reputation)
+    def aggregate(self, state, round_: Round, reputation, baselines):
+        begin_iteration(state, round_.iteration, reputation)
+        state.round = round_.round
+        return aggregate_round(state, round_.duels, round_.responses, round_.judgments, reputation)

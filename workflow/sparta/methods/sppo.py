@@ -25,6 +25,8 @@ import itertools
 import json
 from dataclasses import replace
 
+from ..judging import JudgeItem, Judgment, judge_duels, reference_win_probability
+from ..members import MemberSpec
 from .base import Method, best_and_worst_pairs
 
 
@@ -37,8 +39,6 @@ class SPPO(Method):
         return "pairwise"
 
     def judge(self, run) -> None:
-        from ..judging import Judgment, judge_duels, reference_win_probability
-
         pairwise = replace(run.cfg, format="pairwise", mode="expected")
         asked, judged = [], []
         # one call per member: every member's annotator is "annotator", and a call draws one
@@ -93,9 +93,6 @@ def _comparisons(run) -> list[list[tuple]]:
     """Per member, every two answers of a prompt, each comparison as two items (the first
     answer, the second): (annotator, duel id, member, (i, j), item). The annotator is
     ``baselines.annotator``, or the member's base without adapter."""
-    from ..judging import JudgeItem
-    from ..members import MemberSpec
-
     a = run.baselines.annotator
     out = []
     for spec in run.specs:
