@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sparta import docgen, schema, tables
+from sparta import cli, docgen, schema, tables
 
 PAGES = [docgen.CONFIG_PAGE, docgen.TABLES_PAGE, docgen.CLI_PAGE]
 ARCHITECTURE = docgen.DOCS / "development" / "architecture.md"
@@ -79,7 +79,7 @@ def test_tables_page_lists_every_column_of_every_table(generated):
 
 def test_cli_page_lists_every_command_and_option(generated):
     page = generated[docgen.CLI_PAGE]
-    parser = docgen.cli_parser()
+    parser = cli.parser()
     (sub,) = [a for a in parser._actions if a.dest == "command"]
     for name, command in sub.choices.items():
         assert f"## `sparta {name}`" in page
@@ -90,7 +90,7 @@ def test_cli_page_lists_every_command_and_option(generated):
 
 def test_usage_lines_parse_with_the_parser():
     """Each usage line names the options the parser takes, with their values."""
-    parser = docgen.cli_parser()
+    parser = cli.parser()
     (sub,) = [a for a in parser._actions if a.dest == "command"]
     line = docgen.usage("sparta export", sub.choices["export"])
     assert line.startswith("sparta export run out [--member MEMBER]")

@@ -1,10 +1,15 @@
 """The report's figures: one function per figure, tables in, a matplotlib Figure out.
 
 Each figure reads at a glance and says so when it has nothing to show (an empty panel with
-the reason) instead of failing. ``save`` writes a PNG and closes the figure.
+the reason) instead of failing. ``save`` writes a PNG and closes the figure. :func:`eq1` draws
+the concepts page's figure of Eq. (1) from :mod:`sparta.reputation` (``python -m sparta.docgen
+--figures``).
 """
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import matplotlib
 
@@ -12,6 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from .reputation import PoolState, ReputationSettings, begin_iteration, kappa  # noqa: E402
 
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 10}
 
@@ -352,3 +359,91 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
     ax.set_title("Inference spent")
     fig.tight_layout()  # the right panel's experiment names clear the left panel
     return fig
+
+
+# --- the concepts page's figure of Eq. (1) (python -m sparta.docgen --figures) ---------------
+
+
+def eq1(path: Path) -> Path:
+    """Eq. (1)'s three factors and the down-weighting schedule, computed by the code that
+    runs them (:mod:`sparta.reputation`), as an SVG."""
+    matplotlib.rcParams.update({"svg.hashsalt": "sparta", "font.size": 9})
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6.4), constrained_layout=True)
+    _surprise_panel(axes[0, 0])
+    _deviation_panel(axes[0, 1])
+    _kappa_panel(axes[1, 0])
+    _downweighting_panel(axes[1, 1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+    return path
+
+
+def _surprise_panel(ax) -> None:
+    """(a) the surprise term against the reputation difference, for several deviations."""
+    sparta = ReputationSettings()
+    diff = np.linspace(-3, 3, 601)
+    for s in (0.1, 0.5, 1.0, 2.0):
+        z = diff / math.sqrt(2 * s * s)
+        term = np.maximum(np.abs([math.erf(v / math.sqrt(2)) for v in z]), sparta.eps)
+        ax.plot(diff, term, label=f"$\\sigma_i = \\sigma_{{i'}} = {s}$")
+    ax.set(
+        xlabel="$R_i - R_{i'}$",
+        ylabel="$\\max(|\\Phi(z_i) - \\Phi(z_{i'})|, \\epsilon)$",
+        title="(a) reputation difference term ($\\epsilon$ = 0.01)",
+    )
+    ax.legend(frameon=False)
+
+
+def _deviation_panel(ax) -> None:
+    """(b) tanh of the deviation."""
+    sparta = ReputationSettings()
+    sigma = np.linspace(0, 3, 301)
+    ax.plot(sigma, np.tanh(np.maximum(sigma, sparta.sigma_min)))
+    ax.axvline(sparta.sigma_min, color="grey", lw=0.8, ls=":")
+    ax.axvline(sparta.initial_deviation, color="grey", lw=0.8, ls="--")
+    ax.set(
+        xlabel="$\\sigma_i$ (std of the last N changes)",
+        ylabel="$\\tanh(\\max(\\sigma_i, \\sigma_{min}))$",
+        title="(b) deviation term ($\\sigma_{min}$ dotted, initial $\\sigma$ dashed)",
+    )
+
+
+def _kappa_panel(ax) -> None:
+    """(c) kappa over the duels of an iteration, per preset."""
+    n = np.arange(1, 201)
+    for name in ("sparta", "paper"):
+        params = ReputationSettings.preset(name)
+        ax.plot(n, [kappa(int(k), params) / params.scale for k in n], label=f"preset {name}")
+    ax.set(
+        xlabel="n, verdicts so far in the iteration",
+        ylabel="$\\kappa_n$ / scale",
+        title="(c) step size: $\\kappa_n = \\max(K_{min}, K_0 \\cdot decay^{n / steps})$",
+        ylim=(0, 1.1),
+    )
+    ax.legend(frameon=False)
+
+
+def _downweighting_panel(ax) -> None:
+    """(d) down-weighting of 10 members over 8 iterations: who gets which weight from when."""
+    members = [f"m{k}" for k in range(10)]
+    for name, style, marker, shift in (("sparta", "-", "o", 0.0), ("authors", "--", "s", 0.015)):
+        params = ReputationSettings.preset(name)
+        state = PoolState.initial(members, params)
+        state.reputation = [100.0 + k for k in range(10)]  # m0 lowest, m9 highest
+        for t in range(1, 9):
+            begin_iteration(state, t, params)
+        for k, start in enumerate(state.downweighted_at):
+            if start is not None:
+                y = state.weight[k] + shift
+                ax.plot([start, 8.5], [y, y], ls=style, color=f"C{k}", lw=1.2)
+                ax.plot([start], [y], marker=marker, color=f"C{k}", ms=4)
+        ax.plot([], [], ls=style, marker=marker, color="black", ms=4, label=f"preset {name}")
+    ax.set(
+        xlabel="iteration t from which the member has the weight",
+        ylabel="weight (other members: 1)",
+        title="(d) down-weighting (appendix C.1), m = 10, T = 8",
+        xticks=range(1, 9),
+        xlim=(0.8, 8.6),
+    )
+    ax.legend(frameon=False, loc="upper left")
