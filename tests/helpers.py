@@ -45,7 +45,7 @@ def evaluate_task(member: Served, task, system: str | None, batch_size: int, jud
     """One served member on a task: one row per (split, example)."""
     from sparta.evaluate import evaluate_members
 
-    out = evaluate_members(lambda names: member, ["member"], task, system, batch_size, judge)
+    out = evaluate_members(lambda names: member, ["member"], task, system, batch_size, judge=judge)
     return out.drop(columns="member")
 
 

@@ -84,7 +84,7 @@ def test_prompt_schedule_fixed_repeats_the_prompts_resample_redraws():
     members = ["a", "b", "c"]
 
     def ids(schedule, t):
-        return list(plan_iteration(prompts, members, 12, 1, 3, t, schedule)["prompt_id"])
+        return list(plan_iteration(prompts, members, 12, 1, 3, t, schedule=schedule)["prompt_id"])
 
     assert ids("fixed", 1) == ids("fixed", 2) == ids("fixed", 5)
     assert set(ids("resample", 1)) != set(ids("resample", 2))

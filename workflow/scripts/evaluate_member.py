@@ -37,7 +37,9 @@ def main(sm):
     groups = [[specs[i].name for i in group] for group in by_base(specs)]  # one base: the same batches
 
     def run_task(i):
-        result = evaluate_checkpoint(serve, groups, tasks[i], system, cfg.batch_size, judge, cfg.test)
+        result = evaluate_checkpoint(
+            serve, groups, tasks[i], system, cfg.batch_size, judge=judge, test=cfg.test
+        )
         means = result.groupby(["member", "split"])["score"].mean().round(4).to_dict()
         log.info("%s: %s", tasks[i].name, means)
         return result

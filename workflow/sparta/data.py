@@ -193,6 +193,7 @@ def read_prompt_file(
     answer_column: str | None = None,
     id_column: str | None = None,
     reference_column: str | None = None,
+    *,
     where: dict | None = None,
     template: str | None = None,
     answer_map: dict | None = None,

@@ -206,6 +206,7 @@ def evaluate_members(
     task: Task,
     system: str | None,
     batch_size: int,
+    *,
     judge: Served | None = None,
     splits: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
@@ -248,6 +249,7 @@ def evaluate_checkpoint(
     task: Task,
     system: str | None,
     batch_size: int,
+    *,
     judge: Served | None = None,
     test: str = "all",
 ) -> pd.DataFrame:
@@ -259,13 +261,13 @@ def evaluate_checkpoint(
     every member."""
     if test not in ("all", "selected"):
         raise ValueError(f"evaluation.test must be all or selected, not {test!r}")
-    args = (task, system, batch_size, judge)
+    args = (task, system, batch_size)
     if test == "all" or len(task.rows.get("validation", ())) == 0:
-        return pd.concat([evaluate_members(serve, g, *args) for g in groups], ignore_index=True)
+        return pd.concat([evaluate_members(serve, g, *args, judge=judge) for g in groups], ignore_index=True)
     others = tuple(s for s in task.rows if s != "test")
-    frames = [evaluate_members(serve, g, *args, splits=others) for g in groups]
+    frames = [evaluate_members(serve, g, *args, judge=judge, splits=others) for g in groups]
     best = best_on_validation(pd.concat(frames, ignore_index=True))
     if "test" in task.rows and best is not None:
         log.info("%s: test for %s only, the best on validation (evaluation.test: selected)", task.name, best)
-        frames.append(evaluate_members(serve, [best], *args, splits=("test",)))
+        frames.append(evaluate_members(serve, [best], *args, judge=judge, splits=("test",)))
     return pd.concat(frames, ignore_index=True)

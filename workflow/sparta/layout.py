@@ -179,7 +179,7 @@ def base_log(base, benchmark: bool = False) -> str:
     return f"{RESULTS}/_bases/logs/convert_{base}" + (".benchmark.tsv" if benchmark else ".log")
 
 
-def _job_file(run, kind: str, name: str, ext: str, t=None, r=None, where: str | None = None) -> str:
+def _job_file(run, kind: str, name: str, ext: str, t=None, r=None, *, where: str | None = None) -> str:
     parts = [run_dir(run), kind]
     if where is not None:
         parts.append(where)
@@ -192,12 +192,12 @@ def _job_file(run, kind: str, name: str, ext: str, t=None, r=None, where: str | 
 
 def log(run, name: str, t=None, r=None, where: str | None = None) -> str:
     """The log of a job: ``logs/[where/][iter_<t>/][round_<r>/]<name>.log``."""
-    return _job_file(run, "logs", name, "log", t, r, where)
+    return _job_file(run, "logs", name, "log", t, r, where=where)
 
 
 def benchmark(run, name: str, t=None, r=None, where: str | None = None) -> str:
     """The benchmark of a job, laid out as its log."""
-    return _job_file(run, "benchmarks", name, "tsv", t, r, where)
+    return _job_file(run, "benchmarks", name, "tsv", t, r, where=where)
 
 
 def checkpoint_where(c) -> str:

@@ -138,6 +138,7 @@ def plan_iteration(
     rounds: int,
     seed: int,
     iteration: int,
+    *,
     schedule: str = "fixed",
 ) -> pd.DataFrame:
     """Prompts, round and first combatant of every duel of an iteration (opponents come later,
