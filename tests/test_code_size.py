@@ -88,3 +88,33 @@ def test_no_module_grows_past_its_budget():
     assert set(OVER_THE_LIMIT) <= set(lengths)  # every ceiling names a module that exists
     # a planted module over the limit, and a listed one grown by a line, are caught
     assert over_budget({"a.py": MODULE_LIMIT + 1, "b.py": 11}, {"b.py": 10}) == {"a.py": 601, "b.py": 11}
+
+
+POSITIONAL_LIMIT = 6
+
+
+def long_signatures(paths: list[Path], root: Path = REPO) -> dict[str, int]:
+    """``path:line name`` -> positional parameters (``self``/``cls`` not counted, keyword-only
+    ones after ``*`` neither) of every function over :data:`POSITIONAL_LIMIT`."""
+    out = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+                n = len(names) - (names[:1] in (["self"], ["cls"]))
+                if n > POSITIONAL_LIMIT:
+                    out[f"{path.relative_to(root)}:{node.lineno} {node.name}"] = n
+    return out
+
+
+def test_no_function_takes_more_than_six_positional_parameters(tmp_path):
+    """Records for what belongs together, keyword-only options for the rest."""
+    package = [p for p in PRODUCTION if "workflow/sparta" in p.as_posix()]
+    found = long_signatures(package)
+    assert not found, f"functions with over {POSITIONAL_LIMIT} positional parameters: {found}"
+    planted = tmp_path / "m.py"
+    planted.write_text(
+        "def f(a, b, c, d, e, f, g): pass\ndef ok(a, b, c, d, e, f, *, g): pass\n"
+        "class A:\n    def m(self, a, b, c, d, e, f): pass\n    def n(self, a, b, c, d, e, f, g): pass\n"
+    )
+    assert long_signatures([planted], tmp_path) == {"m.py:1 f": 7, "m.py:5 n": 7}
