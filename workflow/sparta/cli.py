@@ -22,8 +22,13 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
+import yaml
 
 from . import layout, tables
+from .config import ConfigError, read_config_files, validate
+from .settings import Settings, SettingsError
+from .study import expand
 
 
 class CLIError(Exception):
@@ -93,7 +98,7 @@ def cmd_pairs(args) -> pd.DataFrame:
         if name and members and name not in members:
             raise CLIError(f"{flag} {name}: no such member in {folder}; its members: {', '.join(members)}")
     if args.trainee:
-        from .train import pairs_of
+        from .train import pairs_of  # torch
 
         prefs = pairs_of(prefs, args.trainee)
     if args.member:
@@ -126,9 +131,7 @@ def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
     """The pairs as sparta's own DPO gives them to TRL (``train.preference_dataset``): prompt
     = [system prompt of the run's settings.yaml, user prompt], chosen and rejected = one
     assistant message each, so TRL's DPOTrainer applies the model's chat template."""
-    import yaml
-
-    from .train import preference_dataset
+    from .train import preference_dataset  # torch
 
     settings = layout.RunFolder(run).settings
     if not settings.is_file():
@@ -137,8 +140,6 @@ def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    import pyarrow.parquet as pq
-
     pq.write_table(preference_dataset(prefs.reset_index(drop=True), system).data.table, tmp)
     tmp.replace(out)
     return out
@@ -228,26 +229,19 @@ def cmd_show(args) -> dict:
 def cmd_config(args) -> dict:
     """Every setting of a config with the defaults filled in (config.yaml, then each
     --configfile merged over it, as snakemake does); of a study config, every run's."""
-    from .config import ConfigError, read_config_files, validate
-    from .settings import Settings, SettingsError
-
     try:
         config = read_config_files([args.base, *args.configfile])
         validate(config)
         if "study" in config:  # every run of the study: <study>/<experiment>-seed<s>
-            from .study import expand
-
             return {exp: s.to_dict() for exp, s in expand(config).experiments.items()}
         return Settings.from_config(config).to_dict()
-    except ConfigError as e:
-        raise CLIError(str(e)) from None
-    except SettingsError as e:
+    except (ConfigError, SettingsError) as e:
         raise CLIError(str(e)) from None
 
 
 def cmd_compare(args):
     """A study's comparison table (and its inference cost)."""
-    from .compare import format_table
+    from .compare import format_table  # scipy
 
     folder = Path(args.study)
     path = folder / layout.COMPARISON
@@ -267,7 +261,7 @@ def cmd_compare(args):
 
 
 def cmd_export(args) -> dict:
-    from .export import ExportError, export
+    from .export import ExportError, export  # huggingface_hub, and torch for a merge
 
     try:
         return export(
@@ -299,8 +293,6 @@ def _print(result, as_json: bool) -> None:
             print(json.dumps(result, indent=1))
         return
     if isinstance(result, dict) and "duel_id" not in result:  # config, export
-        import yaml
-
         print(yaml.safe_dump(result, sort_keys=False), end="")
         return
     if isinstance(result, pd.DataFrame):
