@@ -13,6 +13,7 @@ from sparta import config as sparta_config
 from sparta import engine
 from sparta import finished
 from sparta import layout
+from sparta import lengths
 from sparta import slurm
 from sparta.methods import get as get_method
 from sparta.settings import Untracked, as_data, section_data
@@ -61,7 +62,7 @@ if workflow.is_main_process:
 # Hub ids of every run, downloaded once by the local rule hub_download (pool.smk) into the
 # Hugging Face cache; its manifest is an input (ancient: only that it exists) of every
 # initial member, so every model job comes after it. Jobs never touch the network.
-HUB_IDS = sorted({i for s in RUNS.values() for i in sparta_config.hub_ids(s)})
+HUB_IDS = sorted({i for s in RUNS.values() for i in hub.run_ids(s)})
 HUB_INPUT = [ancient(layout.hub_manifest())] if HUB_IDS else []
 hub.jobs_offline()  # every job: HF_HUB_OFFLINE=1 (a local rule's download says otherwise)
 EXPERIMENTS = list(STUDY.experiments)
@@ -262,7 +263,7 @@ def prompt_file(wildcards):
 def prompt_base_markers(wildcards):
     """The config.json of every base a run's members use, built before its prompts are split
     (their tokenizers count the prompts; a hub id: the download)."""
-    folders = sparta_config.prompt_bases(run_of(wildcards))
+    folders = lengths.prompt_bases(run_of(wildcards))
     return [f"{f}/config.json" for f in folders if not hub.is_ref(f)] + (HUB_INPUT if any(map(hub.is_ref, folders)) else [])
 
 
@@ -270,7 +271,7 @@ def prompt_lengths(wildcards):
     """Param of split_prompts: what bounds a prompt's length (sparta/lengths.py): the bases
     and the policy, compared for reruns."""
     s = run_of(wildcards)
-    return {"bases": sparta_config.prompt_bases(s), "too_long": s.prompts.too_long}
+    return {"bases": lengths.prompt_bases(s), "too_long": s.prompts.too_long}
 
 
 def prompt_budget(wildcards):
@@ -291,7 +292,7 @@ def evaluation_task_files(wildcards):
 HUB_DATASETS = {
     hub.dataset_key(d.dataset, d.config, d.split): (d.dataset, d.config, d.split)
     for s in RUNS.values()
-    for d in sparta_config.dataset_sources(s)
+    for d in hub.dataset_sources(s)
 }
 
 

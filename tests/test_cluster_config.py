@@ -284,7 +284,9 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     the 7 ablations and pool sizes on the paper's four tasks of Table 3 and Figure 3, x 3 seeds,
     one initial pool per seed shared by every task, each task's X and evaluation from its
     source (a hub dataset, or the file the registry names), and every hub id the study loads."""
-    from sparta.config import _check_method, hub_ids, validate
+    from sparta.config import validate
+    from sparta.hub import run_ids
+    from sparta.methods import problems as method_problems
     from sparta.study import expand, merge, run_configs
 
     configs = REPO / "workflow" / "configs"
@@ -295,7 +297,7 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
     for run in run_configs(merged):  # each run's config as the workflow checks it (a task's
         validate(run.config)  # overlay may unset what paper.yaml sets: config: null)
     # what each method needs of its task (SPIN: a reference answer per prompt), for every run
-    assert {e: p for e, s in study.experiments.items() if (p := _check_method(s, REPO, []))} == {}
+    assert {e: p for e, s in study.experiments.items() if (p := method_problems(s, REPO, []))} == {}
     assert len(study.experiments) == (12 * 5 + 4 * 7) * 3 and len(set(study.pools.values())) == 3
     runs = study.experiments
     four = {"alpaca", "com2", "medqa", "gsm8k"}
@@ -334,7 +336,7 @@ def test_the_paper_s_table_1_tasks_expand_with_no_edit():
         "neutral": "C",
     }
     assert (rot.dataset, rot.validation, rot.test) == ("akhilayerukola/NormAd", 0.05, 0.05)
-    ids = set().union(*(hub_ids(s) for s in runs.values()))
+    ids = set().union(*(run_ids(s) for s in runs.values()))
     assert "hf://Qwen/Qwen2.5-7B-Instruct" in ids and "hf://bunsenfeng/yuru_qw_flan_v2" in ids
     assert {"hf://datasets/openai/gsm8k", "hf://datasets/GBaker/MedQA-USMLE-4-options"} <= ids
     text = "".join((configs / n).read_text() for n in ("paper.yaml", "paper-study.yaml", "paper-tasks.yaml"))

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from sparta import config as sparta_config
+from sparta.lengths import context_length
 from sparta.settings import Settings, SettingsError
 from sparta.study import expand
 
@@ -176,7 +177,7 @@ def test_context_is_read_from_the_config_of_every_base(tiny_base, tmp_path):
     cfg["members"] = cfg["members"][:2] + [{"name": "cid", "base": str(short)}]
     text = message(cfg)  # the smallest context decides: 256 tokens of DPO do not fit in 128
     assert f"dpo.max_length (256) is longer than the context of base model {short} (128 tokens" in text
-    assert sparta_config.context_length(tmp_path) is None  # no config.json: nothing to check
+    assert context_length(tmp_path) is None  # no config.json: nothing to check
 
 
 # --- messages a person can act on ------------------------------------------------------------

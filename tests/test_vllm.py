@@ -70,7 +70,8 @@ def test_the_config_check_stops_an_adapter_vllm_cannot_serve(tmp_path):
     """Before any job: a member's adapter with modules_to_save, and one whose rank_pattern goes
     above vLLM's largest rank, each named with its member and key; the same adapters pass with
     backend hf, and a plain one passes with vllm."""
-    from sparta.config import ConfigError, _check_adapter_folder
+    from sparta.config import ConfigError
+    from sparta.pool import adapter_folder_problems
 
     def weights(folder):
         import numpy as np
@@ -83,12 +84,12 @@ def test_the_config_check_stops_an_adapter_vllm_cannot_serve(tmp_path):
     saved = weights(_adapter(tmp_path / "saved", modules_to_save=["lm_head"]))
     wide = weights(_adapter(tmp_path / "wide", rank_pattern={"o_proj": 768}))
     fine = weights(_adapter(tmp_path / "fine"))
-    (problem,) = _check_adapter_folder(saved, "members[0] (ann).adapter", backend="vllm")
+    (problem,) = adapter_folder_problems(saved, "members[0] (ann).adapter", backend="vllm")
     assert "members[0] (ann).adapter" in problem and "modules_to_save" in problem and "backend: hf" in problem
-    (problem,) = _check_adapter_folder(wide, "members[1] (bob).adapter", backend="vllm")
+    (problem,) = adapter_folder_problems(wide, "members[1] (bob).adapter", backend="vllm")
     assert "rank_pattern: rank 768" in problem and "512" in problem
-    assert _check_adapter_folder(fine, "members[2].adapter", backend="vllm") == []
-    assert _check_adapter_folder(saved, "members[0].adapter", backend="hf") == []
+    assert adapter_folder_problems(fine, "members[2].adapter", backend="vllm") == []
+    assert adapter_folder_problems(saved, "members[0].adapter", backend="hf") == []
     assert issubclass(ConfigError, Exception)
 
 

@@ -8,6 +8,7 @@ The embedded default needs no download: ``python -m sparta.data`` writes
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import random
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from . import hub, lengths
 
 DOMAINS = ("addition", "subtraction", "multiplication", "word_problems")
 NAMES = ("Tom", "Mia", "Sam", "Ana", "Leo", "Zoe", "Ben", "Ivy")
@@ -511,6 +514,77 @@ def main(argv=None):
     write_jsonl(reworded_prompts(args.reworded, args.seed), out / "arithmetic-reworded.jsonl")
     for d in DOMAINS:
         write_jsonl(sft_examples(d, args.sft, args.seed + 1), out / "sft" / f"{d}.jsonl")
+
+
+# --- the config check: the prompt set and the members' SFT data --------------------------------
+
+
+@functools.cache
+def _read_once(path: str, stamp: tuple | None, *columns):
+    *names, shaped = columns
+    try:
+        return read_prompt_file(Path(path), *names, **json.loads(shaped))
+    except PromptFileError as e:
+        return e
+
+
+def _prompts(path: Path, *columns):
+    """read_prompt_file once per file version and columns (a study checks every run's): the
+    table, or the PromptFileError it raised."""
+    try:
+        stamp = (path.stat().st_mtime_ns, path.stat().st_size)
+    except OSError:
+        stamp = None
+    return _read_once(str(path.resolve()), stamp, *columns)
+
+
+def prompt_problems(settings, root: Path, notes: list[str]) -> list[str]:
+    """The prompt set: its file (or hub dataset), prompts too long for the bases' contexts,
+    prompts written twice (a note), splits that leave prompts for alignment."""
+    p = settings.prompts
+    found = hub.source_problems(p, "prompts", root, notes)
+    if found is not None:
+        return found
+    shaped = json.dumps(
+        {"where": p.where, "template": p.prompt_template, "answer_map": p.answer_map}, sort_keys=True
+    )
+    prompts = _prompts(
+        root / p.source_file(), p.prompt_column, p.answer_column, p.id_column, p.reference_column, shaped
+    )
+    if isinstance(prompts, PromptFileError):
+        return [str(prompts)]
+    budget = lengths.prompt_budget(lengths.prompt_bases(settings), settings.generation.max_new_tokens, root)
+    try:
+        prompts, skipped = lengths.apply(prompts, budget, settings.system_prompt, p.too_long, "prompts")
+    except lengths.PromptTooLong as e:
+        return [str(e)]
+    except (OSError, ValueError):  # no tokenizer to count with yet: rule split_prompts counts
+        skipped = None
+    if skipped:
+        notes.append(skipped)
+    repeated = duplicate_prompts(prompts)
+    if repeated:
+        text, times = next(iter(repeated.items()))
+        example = text if len(text) <= 60 else text[:57] + "..."
+        notes.append(
+            f"prompt file {root / p.source_file()}: {len(repeated)} prompt(s) written more than once "
+            f"(such as {example!r}, {times} times); each stays in one split with its copies"
+        )
+    distinct = len(prompts) - sum(repeated.values()) + len(repeated)
+    n_align, n_val, n_test = split_sizes(distinct, p.validation, p.test)
+    if n_align < 1:
+        return [
+            f"prompts.validation + prompts.test ({p.validation} + {p.test}) leave none of the "
+            f"{distinct} prompts for alignment: lower them"
+        ]
+    if repeated:  # the rows of the alignment split, copies included
+        n_align = len(split(prompts, p.validation, p.test, settings.seed)["alignment"])
+    if p.per_iteration > n_align:
+        return [
+            f"prompts.per_iteration ({p.per_iteration}) is larger than the alignment split ({n_align} "
+            f"of {len(prompts)} prompts after {n_val} validation and {n_test} test): lower it or add prompts"
+        ]
+    return []
 
 
 if __name__ == "__main__":

@@ -15,16 +15,17 @@ import logging
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from . import metrics
+from . import hub, metrics, pool
 from .backends import Served
 from .chat import chat_ids
 from .judging import expected_scores
 from .settings import Sampling
-from .tasks import Task, TaskError
+from .tasks import Task, TaskError, load_task
 
 log = logging.getLogger(__name__)
 
@@ -271,3 +272,62 @@ def evaluate_checkpoint(
         log.info("%s: test for %s only, the best on validation (evaluation.test: selected)", task.name, best)
         frames.append(evaluate_members(serve, [best], *args, judge=judge, splits=("test",)))
     return pd.concat(frames, ignore_index=True)
+
+
+# --- the config check ----------------------------------------------------------------------------
+
+
+def problems(settings, root: Path, notes: list[str]) -> list[str]:
+    """The evaluation's tasks and its judge model, and selection settings that contradict the
+    checkpoints evaluated or the fan-out (evaluation on)."""
+    ev = settings.evaluation
+    if not ev.enabled:
+        return []
+    found = []
+    if ev.select_from == "all" and ev.checkpoints != "all":
+        found.append(
+            "evaluation.select_from: all selects among every checkpoint, but evaluation.checkpoints is "
+            f"{ev.checkpoints}: set evaluation.checkpoints: all (or evaluation.select_from: final)"
+        )
+    if ev.test == "selected" and settings.fanout != "pool":
+        found.append(
+            "evaluation.test: selected picks each checkpoint's best member on validation inside its "
+            f"evaluation job, but fanout is {settings.fanout} (a job per member): set fanout: pool "
+            "(or evaluation.test: all)"
+        )
+    if not ev.tasks:
+        return [
+            "evaluation.tasks is empty ([]) while evaluation.enabled is true: every checkpoint would be "
+            "evaluated on nothing; add a task (docs: Your own pool, Evaluation) or set "
+            "evaluation.enabled: false",
+            *found,
+        ]
+    if ev.judge is not None:
+        found += pool.empty_problems("evaluation.judge", {"adapter": ev.judge.adapter})
+    for task in ev.tasks:
+        found += _task_problems(task, settings, root)
+    if ev.judge is not None:
+        found += pool.judge_model_problems(root, ev.judge, "evaluation.judge", notes, settings.backend)
+    return found
+
+
+def _task_problems(task, settings, root: Path) -> list[str]:
+    name = f"evaluation.tasks ({task.name})"
+    if task.metric == "judge_score" and settings.evaluation.judge is None:
+        return [f"{name}: metric judge_score needs evaluation.judge (a judge model folder)"]
+    if task.source == "prompts":
+        if task.metric in ("exact_match", "multiple_choice") and not settings.prompts.answer_column:
+            return [f"{name}: metric {task.metric} on source prompts needs prompts.answer_column"]
+        if task.metric == "truthfulqa_mc":
+            return [f"{name}: truthfulqa_mc needs a file task with options and labels"]
+        return []
+    if not task.file and not task.dataset:
+        return [f"{name}: give file or dataset (or source: prompts)"]
+    found = hub.source_problems(task, name, root, None)
+    if found is not None:
+        return found
+    try:
+        load_task(task, {}, 0, root)
+    except TaskError as e:
+        return [str(e)]
+    return []

@@ -22,6 +22,10 @@ BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exc
 
 MISSING = dataclasses.MISSING
 
+MAX_TOKENS = 2**20
+"""The ceiling of every token length (1,048,576): longer than the context of any model sparta
+runs, so a value above it is a typo even before a base's own context is known."""
+
 
 def setting(
     default: Any = MISSING,

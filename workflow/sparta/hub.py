@@ -24,10 +24,16 @@ from __future__ import annotations
 import functools
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
+import pandas as pd
+
+from . import tables
 from .layout import hub_manifest
+from .modelfiles import backend_adapter_problems
 
 PREFIX = "hf://"
 DATASETS = "hf://datasets/"
@@ -173,9 +179,6 @@ def reachable(timeout: float = 3.0) -> bool:
     """Whether the hub answers here (HF_HUB_OFFLINE=1 given by the user: no)."""
     if USER_OFFLINE:
         return False
-    import socket
-    from urllib.parse import urlparse
-
     url = urlparse(endpoint())
     try:
         socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
@@ -223,18 +226,12 @@ def manifest_row(ref: HubRef, folder: Path) -> dict:
 
 
 def write_manifest(rows: list[dict], path: str | os.PathLike) -> None:
-    import pandas as pd
-
-    from . import tables
-
     frame = pd.DataFrame(rows, columns=tables.columns("manifest"))
     tables.write(frame, path, "manifest")
 
 
 @functools.cache
 def _manifest(path: str, stamp: float) -> dict[str, dict]:
-    from . import tables
-
     return {row["id"]: row for row in tables.read(path, "manifest").to_dict("records")}
 
 
@@ -302,8 +299,6 @@ def load_split(dataset: str, config: str | None, split: str, manifest: str | os.
 
 def write_dataset(frame, path: str | os.PathLike) -> None:
     """A loaded split as Parquet, atomically (a killed job leaves no file that looks done)."""
-    from . import tables
-
     tables.write_raw(frame, path)
 
 
@@ -312,8 +307,6 @@ def adapter_problems(rows: list[dict], backend: str) -> list[str]:
     ``backend``, before any model job: the LoRA features vLLM refuses
     (:func:`sparta.modelfiles.backend_adapter_problems`), and, where PEFT is installed, a
     config PEFT cannot read (both backends load adapters through it or its format)."""
-    from .modelfiles import backend_adapter_problems
-
     problems = []
     for row in rows:
         if row["kind"] != "adapter":
@@ -334,3 +327,100 @@ def adapter_problems(rows: list[dict], backend: str) -> list[str]:
                 f"({type(e).__name__}: {e}); use an adapter saved by PEFT"
             )
     return problems
+
+
+# --- the config check: what a run loads from the hub -------------------------------------------
+
+
+def config_folder(folder, key: str, want: str, notes: list[str] | None):
+    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its
+    snapshot folder in the Hugging Face cache (never the network). An id not in the cache is
+    deferred (a list: no problem, a note) while rule hub_download can fetch it (a dry run, or
+    the hub answers here), else a problem naming the command that fetches it."""
+    value = str(folder)
+    start = value.find(PREFIX.rstrip("/"))
+    if start < 0:
+        return folder
+    value = PREFIX + value[start + len(PREFIX) - 1 :].lstrip("/")  # root / "hf://x" -> "hf:/x"
+    try:
+        ref = parse(value)
+    except HubError as e:
+        return [f"{key}: {e}"]
+    found = cached(ref)
+    if found is None:
+        if PLANNING or reachable():
+            if notes is not None:
+                notes.append(
+                    f"{ref.id} ({key}) is not in the Hugging Face cache yet: rule hub_download fetches it"
+                )
+            return []
+        return [missing_message(ref, key)]
+    held = kind(found)
+    if want == "model" and held == "adapter":
+        return [
+            f"{key}: {ref.id} holds a PEFT adapter (adapter_config.json), not a full model: give it as a "
+            "member's adapter, with the model it adapts as base"
+        ]
+    if want == "adapter" and held == "model":
+        return [
+            f"{key}: {ref.id} holds a full model, not a PEFT adapter: give it as a base (or members[].base)"
+        ]
+    return found
+
+
+def source_problems(spec, key: str, root: Path, notes: list[str] | None) -> list[str] | None:
+    """A prompt set or task read from ``file`` or a hub ``dataset``: a problem when neither or
+    both are given, or the dataset is written wrongly; None when its file is there to check,
+    [] when a hub dataset's file is not written yet (rule hub_dataset writes it: checked by
+    the job that reads it)."""
+    if (spec.file is None) == (spec.dataset is None):
+        both = spec.file is not None
+        merged = " (over config.yaml, whose prompts.file stays: write file: null)" if both else ""
+        return [f"{key}: give file (a local file) or dataset (a hub dataset), one of the two{merged}"]
+    if spec.dataset is None:
+        return None
+    try:
+        ref = parse(dataset_id(spec.dataset))
+    except HubError as e:
+        return [f"{key}.dataset: {e}"]
+    if (root / spec.source_file()).is_file():
+        return None
+    if cached(ref) is None and not (PLANNING or reachable()):
+        return [missing_message(ref, f"{key}.dataset")]
+    if notes is not None:
+        notes.append(
+            f"{key}: {ref.id} (config {spec.config or 'default'}, split {spec.split}) is written to "
+            f"{spec.source_file()} by rule hub_dataset; its columns are checked when it is read"
+        )
+    return []
+
+
+def _dataset_ref(value: str) -> str | None:
+    try:
+        return dataset_id(value)
+    except HubError:
+        return None  # the config check names it
+
+
+def dataset_sources(settings) -> list:
+    """The prompt settings and evaluation tasks of a run that read a hub dataset (rule
+    hub_dataset writes each one's split to Parquet)."""
+    found = [settings.prompts] if settings.prompts.dataset else []
+    if settings.evaluation.enabled:
+        found += [t for t in settings.evaluation.tasks if t.source == "file" and t.dataset]
+    return [d for d in found if _dataset_ref(d.dataset) is not None]
+
+
+def run_ids(settings) -> list[str]:
+    """Every ``hf://`` hub id a run loads: its members' bases and adapters, the evaluation
+    judge (evaluation on), sppo's annotator (method sppo)."""
+    values = [settings.base_folder(m.base) for m in settings.members]
+    values += [m.adapter for m in settings.members]
+    judge = settings.evaluation.judge
+    if settings.evaluation.enabled and judge is not None:
+        values += [judge.base, judge.adapter]
+    annotator = settings.baselines.annotator
+    if settings.method == "sppo" and annotator is not None:
+        values += [annotator.base, annotator.adapter]
+    values += [_dataset_ref(d.dataset) for d in dataset_sources(settings)]
+    return list(dict.fromkeys(v for v in values if is_ref(v)))

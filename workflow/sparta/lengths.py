@@ -14,9 +14,15 @@ so what is skipped never depends on whether a base was converted when snakemake 
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
+
+from . import hub
+from .chat import chat_text, load_tokenizer
+from .modelfiles import ModelFileError, gguf_context_length, gguf_path
 
 
 class PromptTooLong(ValueError):
@@ -51,8 +57,6 @@ def candidates(prompts: pd.Series, room: int, allowance: int = ALLOWANCE) -> pd.
 
 @functools.cache
 def _tokenizer(folder: str):
-    from .chat import load_tokenizer
-
     return load_tokenizer(folder)
 
 
@@ -63,8 +67,6 @@ def too_long(prompts: pd.DataFrame, budget: Budget, system_prompt: str | None) -
     system = len((system_prompt or "").encode("utf-8"))
     if not candidates(prompts["prompt"], budget.room, ALLOWANCE + system).any():
         return found
-    from .chat import chat_text
-
     tok = _tokenizer(budget.folder)
 
     def count(texts):
@@ -104,3 +106,106 @@ def apply(prompts: pd.DataFrame, budget: Budget | None, system_prompt: str | Non
             "or set prompts.too_long: skip to leave them out"
         )
     return prompts.loc[~mask].reset_index(drop=True), f"{message}; left out (prompts.too_long: skip)"
+
+
+# --- the bases' contexts, read before any job --------------------------------------------------
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def context_length(folder: Path) -> int | None:
+    """The context length a model folder's config.json states (None where it states none)."""
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for section in (data, data.get("text_config") or {}) if isinstance(data, dict) else ():
+        for key in CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _local(root: Path, folder: str) -> Path:
+    """A model folder of the config on this machine: a hub id's cached snapshot (or a path
+    that does not exist when it is not downloaded yet: the check waits for the download)."""
+    if hub.is_ref(folder):
+        try:
+            return hub.cached(hub.parse(folder)) or root / "_not_downloaded_"
+        except hub.HubError:
+            return root / "_not_downloaded_"
+    return root / folder
+
+
+def prompt_bases(settings) -> list[str]:
+    """The base model folders (or hub ids) of a run's members: their contexts bound a prompt."""
+    return sorted({settings.base_folder(m.base) for m in settings.members})
+
+
+def prompt_budget(bases: list[str], max_new_tokens: int, root: str | Path = ".") -> Budget | None:
+    """The room a prompt has: the smallest context of ``bases`` less the answer's tokens (None
+    when no base states its context on disk yet)."""
+    found = []
+    for folder in bases:
+        local = _local(Path(root), folder)
+        context = context_length(local)
+        if context is not None:
+            found.append((context, str(local)))
+    if not found:
+        return None
+    context, folder = min(found)
+    return Budget(folder, context, max_new_tokens)
+
+
+def base_contexts(settings, root: str | Path = ".") -> list[tuple[int, str, str]]:
+    """(context length, folder, where it was read) of each base model the run's members use,
+    from what is on disk before any job: the folder's config.json (a hub id: its snapshot in
+    the Hugging Face cache), else, for a GGUF base not converted yet, the GGUF's metadata."""
+    found = []
+    for name in sorted({m.base for m in settings.members}):
+        folder = settings.base_folder(name)
+        context, source = context_length(_local(Path(root), folder)), "config.json"
+        spec = settings.base_models.get(name)
+        if context is None and spec is not None and spec.gguf_package and spec.gguf_file:
+            try:
+                path = gguf_path(spec.gguf_package, spec.gguf_file)
+            except ModelFileError:
+                continue  # the pool check names it
+            context, source = gguf_context_length(path), f"GGUF metadata of {path.name}"
+        if context is not None:
+            found.append((context, folder, source))
+    return found
+
+
+def context_problems(settings, root: Path, notes: list[str]) -> list[str]:
+    """Token budgets that do not fit the context of a base model the run uses (read before
+    any job, see :func:`base_contexts`): generation must leave room for a prompt."""
+    found = base_contexts(settings, root)
+    if not found:
+        return []
+    context, folder, source = min(found)
+    where = f"the context of base model {folder} ({context} tokens, {source})"
+    budgets = [
+        ("generation.max_new_tokens", settings.generation.max_new_tokens, "<"),
+        ("dpo.max_length", settings.dpo.max_length, "<="),
+        ("judge.max_length", settings.judge.max_length, "<="),
+    ]
+    if settings.judge.mode == "generate":
+        budgets.append(("judge.max_new_tokens", settings.judge.max_new_tokens, "<"))
+    if any(m.sft_domain for m in settings.members):
+        budgets.append(("sft.max_length", settings.sft.max_length, "<="))
+    if settings.evaluation.enabled:
+        for task in settings.evaluation.tasks:
+            budgets.append((f"evaluation.tasks ({task.name}).max_new_tokens", task.max_new_tokens, "<"))
+    if settings.backend == "vllm" and settings.vllm.max_model_len is not None:
+        budgets.append(("vllm.max_model_len", settings.vllm.max_model_len, "<="))
+    problems = []
+    for key, value, fits in budgets:
+        if fits == "<" and value >= context:
+            problems.append(
+                f"{key} ({value}) leaves no room for a prompt in {where}: lower it below {context}"
+            )
+        elif fits == "<=" and value > context:
+            problems.append(f"{key} ({value}) is longer than {where}: lower it to {context} or less")
+    return problems

@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass, field
 
 from .fields import shared_by, subset
-from .settings import Settings, SettingsError, as_data
+from .settings import ConfigError, Settings, SettingsError, as_data
 
 
 def merge(base: dict, extra: dict) -> dict:
@@ -411,3 +411,36 @@ def _pools(inits: dict[str, Settings]) -> dict[str, str]:
         if owner != init_id:
             pools[init_id] = owner
     return pools
+
+
+def local_cuda(settings: StudySettings) -> bool:
+    """Whether model jobs on this machine run on a CUDA GPU (device cuda, or auto with an
+    NVIDIA driver here), without importing torch in snakemake's process."""
+    import shutil
+    from pathlib import Path
+
+    if settings.device != "auto":
+        return settings.device == "cuda"
+    return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
+
+
+def check_local_device(settings: StudySettings) -> None:
+    """Before a run whose jobs run on this machine: device cuda needs a CUDA GPU here, and the
+    run's dtype must be one this machine trains in (see train.trainer_precision)."""
+    if settings.device != "cuda" and settings.dtype in ("auto", "float32"):
+        return  # fp32 on a CPU, or auto's choice for the device found: trains anywhere
+    import torch
+
+    if settings.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            "device: cuda, but this machine has no CUDA GPU for its local jobs: set device: auto "
+            "(or cpu), or run on a GPU node / through a cluster executor (--profile slurm)"
+        )
+    from .models import pick_device, pick_dtype
+    from .train import PrecisionError, trainer_precision
+
+    device = pick_device(settings.device)
+    try:
+        trainer_precision(device, pick_dtype(settings.dtype, device))
+    except PrecisionError as e:
+        raise ConfigError(f"dtype: {settings.dtype}: {e}; {e.hint}") from None
