@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from .members import check_model_folder
+
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
 
 
@@ -60,8 +62,6 @@ def load_tokenizer(base):
     alone, not torch: the local rules (split_prompts) count prompt tokens with it in an env
     without torch (envs/local.yaml)."""
     from transformers import AutoTokenizer
-
-    from .members import check_model_folder
 
     tok = AutoTokenizer.from_pretrained(check_model_folder(base, "base model"))
     if tok.pad_token is None:

@@ -12,6 +12,8 @@ import functools
 import io
 import json
 import random
+import re
+import string
 from pathlib import Path
 
 import numpy as np
@@ -278,9 +280,6 @@ def _filled(template: str, df: pd.DataFrame, path: Path) -> list[str]:
     """``template`` filled with each row's columns (a missing value: empty text). A field may
     index into a mapping or list column (``{options[A]}``: MedQA's lettered options), held
     as such or as its JSON text."""
-    import re
-    import string
-
     fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
     column_of = {f: re.split(r"[\[.]", f, maxsplit=1)[0] for f in fields}  # {options[A]}: options
     used = set(column_of.values())

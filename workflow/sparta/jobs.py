@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+
 from . import backends
 from .backends import Backend
 from .members import MemberSpec
@@ -46,10 +50,6 @@ def finish(status: int = 0) -> None:
     which vLLM 0.32's engine processes and threads have aborted the process (SIGABRT,
     "terminate called without an active exception") after the job's work was done. A job that
     fails never gets here: its exception ends it as before."""
-    import logging
-    import os
-    import sys
-
     vllm = sys.modules.get("sparta.backends.vllm")
     if vllm is None or not vllm.STARTED:
         return

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .fields import setting
+from .hub import local
 from .layout import RESULTS as RESULTS  # the results root (its owner: sparta.layout)
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -118,8 +119,6 @@ def local_folder(path: str | os.PathLike) -> str | os.PathLike:
     """A folder as a local path: an ``hf://`` hub id becomes its snapshot folder in the Hugging
     Face cache, at the commit the hub manifest recorded (sparta.hub.local; never the network)."""
     if isinstance(path, str) and path.startswith("hf://"):
-        from .hub import local
-
         return local(path)
     return path
 

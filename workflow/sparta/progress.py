@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from .tables import write_raw
+
 STAMP = "inputs.sha256"
 
 
@@ -76,8 +78,6 @@ class Progress:
 
     def put(self, part: str, frame: pd.DataFrame) -> None:
         """A finished part, written atomically (a kill leaves no part that looks finished)."""
-        from .tables import write_raw
-
         write_raw(frame, self._path(part))
 
     def parts(self) -> list[str]:

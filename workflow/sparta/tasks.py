@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .data import PromptFileError, read_prompt_file, read_table_file, rows_where
 from .fields import choices
 from .settings import TaskSpec
 
@@ -94,8 +95,6 @@ def load_task(
             s: prompt_splits[s].rename(columns={"prompt_id": "example_id"}) for s in ("validation", "test")
         }
     else:
-        from .data import PromptFileError, read_prompt_file, read_table_file, rows_where
-
         path = Path(root) / spec.source_file()
         where = f"evaluation task {spec.name}"
         key = "evaluation.tasks[].dataset" if spec.dataset else "evaluation.tasks[].file"
