@@ -14,10 +14,11 @@ round) and the last checkpoint (member.json) of every member settings.yaml recor
 stopped part way is resumed as before: rerunning with a setting changed is how one fixes it.
 
 Keys that change no output never stop a run (:data:`NO_OUTPUT`): experiment trackers
-(``train``), cluster resources (``resources``), the switch itself, and ``baselines`` in a
-Sparta run (no Sparta job reads them). Every other key counts, as Snakemake would rerun the
-jobs it reaches. Settings added to sparta after a run was made count at their defaults only
-when set otherwise (the recorded settings are read back through :class:`Settings`).
+(``train``), cluster resources (``resources``), the switch itself, and the sections the run's
+method never reads (``Method.unread``: ``baselines`` in a Sparta run). Every other key counts,
+as Snakemake would rerun the jobs it reaches. Settings added to sparta after a run was made
+count at their defaults only when set otherwise (the recorded settings are read back through
+:class:`Settings`).
 
 Pure: reads settings.yaml and looks for files; no model, no heavy import.
 """
@@ -37,6 +38,7 @@ from typing import Any
 import yaml
 
 from . import layout
+from .methods import get as get_method
 from .settings import Settings, SettingsError
 
 SWITCH = "replace_finished"
@@ -144,7 +146,8 @@ _TOP = re.compile(r"[.\[]")
 def differences(old: dict, new: Settings) -> list[tuple[str, Any, Any]]:
     """The settings that differ between a run's recorded settings and ``new``, as (dotted key,
     recorded value, current value) in the current settings' order, keys of :data:`NO_OUTPUT`
-    (and baselines in a Sparta run) left out; a key one side lacks has the value absent."""
+    (and those the method never reads, ``Method.unread``) left out; a key one side lacks has
+    the value absent."""
     current = _roundtrip(recorded(new))
     if old == current:
         return []
@@ -153,8 +156,8 @@ def differences(old: dict, new: Settings) -> list[tuple[str, Any, Any]]:
     if normal is None:  # compared as written: only the keys both sides have
         a = {k: v for k, v in a.items() if k in b}
     ignored = set(NO_OUTPUT)
-    if new.method == "sparta" and a.get("method") == "sparta":
-        ignored.add("baselines")  # rules/common.smk, baselines(): None in every Sparta job
+    if a.get("method") == new.method:
+        ignored.update(get_method(new.method).unread)
     keys = list(dict.fromkeys([*b, *a]))
     return [
         (k, a.get(k, _ABSENT), b.get(k, _ABSENT))

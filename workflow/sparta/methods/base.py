@@ -38,6 +38,8 @@ class Method:
     name = ""
     baseline = True
     """Each member aligns alone on its own pairs (``trainee``); no reputations."""
+    unread: tuple[str, ...] = ()
+    """Settings sections none of the method's jobs reads: a change never rebuilds its run."""
     default_samples = 1
     judgment_owner = "judge"
     """Column of the judgments table naming the member whose judge job wrote the row."""

@@ -24,6 +24,7 @@ from .base import Method, Round
 class Sparta(Method):
     name = "sparta"
     baseline = False
+    unread = ("baselines",)  # rules/common.smk, baselines(): None in every Sparta job
     default_samples = 1
     judges_label_accuracy = True
 
