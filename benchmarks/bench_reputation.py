@@ -5,7 +5,9 @@ Target (issue: Sparta core): 100,000 duels with 8 judges each (1.6 M judgments) 
 """
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +15,9 @@ import pandas as pd
 from sparta.aggregation import aggregate_round
 from sparta.matchmaking import MatchSettings, match_round, plan_iteration
 from sparta.reputation import PoolState, ReputationSettings, begin_iteration
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.helpers import judgment_row  # noqa: E402
 
 
 def main():
@@ -45,25 +50,7 @@ def main():
     score[rng.random(len(duel)) < args.null_share] = np.nan
     ids = duels["duel_id"].to_numpy()
     names = np.array(members)
-    judgments = pd.DataFrame(
-        {
-            "duel_id": ids[duel],
-            "judge": names[judge],
-            "target": names[target],
-            "score": score,
-            "raw": "",
-            "error": None,
-            "truncated": False,
-            "format": "pointwise",
-            "defences": "none",
-            "sanitized": False,
-            "sample": 0,
-            "kind": "score",
-            "prompt_tokens": 0,
-            "requests": 0,
-            "generated_tokens": 0,
-        }
-    )
+    judgments = pd.DataFrame(judgment_row(ids[duel], names[judge], names[target], score))
     responses = pd.DataFrame(
         {
             "duel_id": np.repeat(ids, 2),

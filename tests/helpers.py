@@ -75,3 +75,26 @@ def dpo_member(
     from sparta.train import dpo_members
 
     return dpo_members([(spec, Path(out_dir), seed)], prefs, params, lora, runtime)[0]
+
+
+def judgment_row(duel_id, judge, target, score, **other) -> dict:
+    """A row of the judgments table as the tests build them: a pointwise score of ``target``
+    by ``judge``, no error, defence or cost; ``other`` sets any other column."""
+    return {
+        "duel_id": duel_id,
+        "judge": judge,
+        "target": target,
+        "score": score,
+        "raw": "",
+        "error": None,
+        "truncated": False,
+        "format": "pointwise",
+        "defences": "none",
+        "sanitized": False,
+        "sample": 0,
+        "kind": "score",
+        "prompt_tokens": 0,
+        "requests": 0,
+        "generated_tokens": 0,
+        **other,
+    }

@@ -14,6 +14,8 @@ from sparta.aggregation import SWAPPED_COLUMNS, aggregate_round, label_coin, wei
 from sparta.methods import get as get_method
 from sparta.reputation import AggregationError, PoolState, ReputationSettings, begin_iteration, kappa, update
 
+from .helpers import judgment_row
+
 MEMBERS = ["m0", "m1", "m2", "m3"]
 
 
@@ -192,26 +194,7 @@ def _round_tables(judge_scores, a="m0", b="m1", duel_id="t01-00000"):
             "finish_reason": ["stop", "stop"],
         }
     )
-    rows = [
-        {
-            "duel_id": duel_id,
-            "judge": j,
-            "target": t,
-            "score": s,
-            "raw": "",
-            "error": None,
-            "truncated": False,
-            "format": "pointwise",
-            "defences": "none",
-            "sanitized": False,
-            "sample": 0,
-            "kind": "score",
-            "prompt_tokens": 0,
-            "requests": 0,
-            "generated_tokens": 0,
-        }
-        for (j, t), s in judge_scores.items()
-    ]
+    rows = [judgment_row(duel_id, j, t, s) for (j, t), s in judge_scores.items()]
     return duels, responses, pd.DataFrame(rows, columns=tables.columns("judgments"))
 
 

@@ -10,6 +10,7 @@ from sparta.aggregation import aggregate_round
 from sparta.matchmaking import MatchSettings, match_round, plan_iteration
 from sparta.reputation import PoolState, ReputationSettings, begin_iteration
 
+from .helpers import judgment_row
 from .reference import run_sequential
 
 MEMBERS = ["ant", "bee", "cat", "dog", "elk"]
@@ -58,23 +59,7 @@ def staged(iterations, n, seed, match, params, tmp_path, rounds):
             )
             judgments = pd.DataFrame(
                 [
-                    {
-                        "duel_id": d.duel_id,
-                        "judge": k,
-                        "target": m,
-                        "score": judge(k, d.prompt, respond(m, d.prompt)),
-                        "raw": "",
-                        "error": None,
-                        "truncated": False,
-                        "format": "pointwise",
-                        "defences": "none",
-                        "sanitized": False,
-                        "sample": 0,
-                        "kind": "score",
-                        "prompt_tokens": 0,
-                        "requests": 0,
-                        "generated_tokens": 0,
-                    }
+                    judgment_row(d.duel_id, k, m, judge(k, d.prompt, respond(m, d.prompt)))
                     for k in MEMBERS
                     for d in duels.itertuples()
                     if k not in (d.member_a, d.member_b)
