@@ -32,31 +32,15 @@ Judge pairs (section 2.3), for each prompt of each member:
    answer the same score is dropped.
 
 Judge pairs are capped as NVIDIA NeMo-Aligner's implementation of self- and meta-rewarding
-caps them (:func:`capped_judge_pairs`; read in nemo_aligner/experimental/self_rewarding/
-self_rewarding.py, branch degert/self-rewarding-trt, commit de145a5a of 2025-05-01, its
-conf/gpt_self_rewarding.yaml and docs/user-guide-experimental/self_rewarding.rst): as a
-judge pair forms it is kept only while its chosen judgment's score has under
-``baselines.judge_score_share`` (its ``meta_max_relative_pcnt``, 0.4) of the kept judge
-pairs' chosen scores, counted from one per score of the judge's scale (``cnt_tracker``).
-What bounds them beyond that is ``baselines.judge_pair_cap``:
-
-- ``share`` (the default): of those kept, at most ``baselines.judge_pair_share``
-  (``meta_judge_pcnt``; its guide recommends at most 0.15: "Any higher, and we have observed
-  that the llm-as-a-judge model starts to output identical scores for every response (always
-  a 5)") of a member's pairs of the iteration are judge pairs, the first formed in the
-  iteration's (seeded) prompt order, as NeMo takes them first-in first-out;
-- ``per_score`` (NeMo's code): a judge pair is also kept only while its chosen score's count,
-  from one, is under NeMo's per-score limit, 20% (:data:`PER_SCORE_SAMPLES`) of the member's
-  prompts of the iteration (NeMo's training samples) over the scale's steps (levels - 1), so
-  about 20% of the prompts in all; of those the first max(U, judge_pair_share x prompts),
-  U the prompts without an actor pair: NeMo puts a judge pair in the place of every
-  unusable actor sample (all scores equal, chosen = rejected, an answer cut short) while
-  it has one, and of a usable one at random while the share replaced is under
-  ``meta_judge_pcnt``.
-
-NeMo swaps judge pairs into a training batch of fixed size; here they are added beside the
-actor pairs (which drop the pairs that teach nothing, and no usable actor pair is given up),
-so under ``share`` the cap is on the share of the pairs kept.
+caps them (read in nemo_aligner/experimental/self_rewarding/self_rewarding.py, branch
+degert/self-rewarding-trt, commit de145a5a of 2025-05-01, its conf/gpt_self_rewarding.yaml and
+docs/user-guide-experimental/self_rewarding.rst): a cap on the share of each chosen score
+(``baselines.judge_score_share``, its ``meta_max_relative_pcnt``), then either a share of the
+member's pairs (``judge_pair_cap: share``, ``judge_pair_share``, its ``meta_judge_pcnt``, whose
+guide recommends at most 0.15) or NeMo's per-score limit (``per_score``);
+:func:`capped_judge_pairs` states each rule. NeMo swaps judge pairs into a training batch of
+fixed size; here they are added beside the actor pairs (no usable actor pair is given up), so
+under ``share`` the cap is on the share of the pairs kept.
 
 No judge pair can form under greedy judging or, in generate mode, one judgment per answer
 (:func:`no_judge_pairs`: a note at the config check, a warning in the judge job's log).
