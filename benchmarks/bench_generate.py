@@ -95,10 +95,10 @@ def main() -> None:
     full = Sampling.greedy_decoding(args.max_new_tokens)
     one = Sampling.greedy_decoding(1)
     seeds = [0] * n
-    hf.generate(plain, tok, prompts[:2], one, [0, 0], 2)  # warm up
+    hf.generate(plain, tok, prompts[:2], one, [0, 0], batch_size=2)  # warm up
     hf.SHARE_PROMPTS = False  # prefill as a whole: the prompt's full cost
-    t_pre, _ = timed(lambda: hf.generate(plain, tok, prompts, one, seeds, n))
-    t_all, outs = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+    t_pre, _ = timed(lambda: hf.generate(plain, tok, prompts, one, seeds, batch_size=n))
+    t_all, outs = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, batch_size=n))
     hf.SHARE_PROMPTS = True
     stops = stop_token_ids(tok)
     lengths = sorted(o.n_tokens + (o.finish_reason == "stop") for o in outs)  # with the stop token
@@ -135,7 +135,7 @@ def main() -> None:
     for name in list(ways) * 2:
         for flag, value in ways[name].items():
             setattr(hf, flag, value)
-        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, batch_size=n))
         best[name] = min(best.get(name, float("inf")), took)
         answers[name] = [o.text for o in got]
     hf.OWN_DECODING = hf.ROOMY_CACHE = True
@@ -151,7 +151,7 @@ def main() -> None:
     texts: dict[bool, list[str]] = {}
     for share in (True, False) * 2:
         hf.SHARE_PROMPTS = share
-        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, n))
+        took, got = timed(lambda: hf.generate(plain, tok, prompts, full, seeds, batch_size=n))
         shared_runs[share].append(took)
         texts[share] = [o.text for o in got]
     hf.SHARE_PROMPTS = True

@@ -140,7 +140,9 @@ def decoding_step(backend, specs, model, rows: int, adapters: int, steps: tuple[
     def call(n):
         sampling = Sampling(temperature=1.0, top_p=0.9, top_k=20, max_new_tokens=n)
         sampling = sampling if sampled else Sampling.greedy_decoding(n)
-        return lambda: hf.generate(model, tok, prompts, sampling, seeds, rows, "bench", names)
+        return lambda: hf.generate(
+            model, tok, prompts, sampling, seeds, batch_size=rows, desc="bench", adapter_names=names
+        )
 
     stops, hf.stop_token_ids = hf.stop_token_ids, lambda tok: []  # no row ends: every step is full
     try:
@@ -160,7 +162,9 @@ def scoring(backend, specs, model, rows: int, adapters: int):
     conts = [[[t] for t in range(20, 30)] for _ in range(rows)]  # "Score: 1" .. "Score: 10"
 
     def call():
-        return hf.continuation_logprobs(model, tok.pad_token_id, prompts, conts, rows, names)
+        return hf.continuation_logprobs(
+            model, tok.pad_token_id, prompts, conts, batch_size=rows, adapter_names=names
+        )
 
     call()
     return counted(model, call)

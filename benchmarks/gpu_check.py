@@ -692,7 +692,10 @@ def decode_shape(run: PartRun, shape: str) -> dict:
         sampling = Sampling(temperature=0.7, top_p=0.95, top_k=50, max_new_tokens=n)
         sync(torch)
         start = time.perf_counter()
-        outs = hf.generate(model, tok, prompts, sampling, list(range(rows)), rows, f"decode {shape}", names)
+        seeds, desc = list(range(rows)), f"decode {shape}"
+        outs = hf.generate(
+            model, tok, prompts, sampling, seeds, batch_size=rows, desc=desc, adapter_names=names
+        )
         sync(torch)
         assert sum(o.n_tokens for o in outs) == rows * n, "a row stopped early"
         return time.perf_counter() - start

@@ -24,16 +24,18 @@ class ModelBackend(Backend):
         return self.tok
 
     def generate(
-        self, members, prompts, sampling: Sampling, seeds, batch_size=8, desc="generate"
+        self, members, prompts, sampling: Sampling, seeds, *, batch_size=8, desc="generate"
     ) -> list[Generation]:
         from sparta.backends.hf import generate
 
-        return generate(self.model, self.tok, prompts, sampling, list(seeds), batch_size, desc)
+        return generate(
+            self.model, self.tok, prompts, sampling, list(seeds), batch_size=batch_size, desc=desc
+        )
 
     def continuation_logprobs(self, members, prompts, conts, batch_size=8) -> list[list[float]]:
         from sparta.backends.hf import continuation_logprobs
 
-        return continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size)
+        return continuation_logprobs(self.model, self.tok.pad_token_id, prompts, conts, batch_size=batch_size)
 
 
 def served_model(model, tok) -> Served:

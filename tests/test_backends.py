@@ -410,7 +410,9 @@ def test_no_lora_layer_builds_a_tensor_from_python_data_at_a_step(four, monkeypa
     from torch.profiler import ProfilerActivity, profile
 
     from sparta.backends import hf
+    from sparta.libpatches import install
 
+    install()  # what the backend's generate and scoring call first
     model, names = backend(four)._model(four)
     ids = torch.ones((8, 3), dtype=torch.long)
 

@@ -62,10 +62,7 @@ MODULE_LIMIT = 600
 # The modules over the limit today, each held at its size: one may shrink, none may grow, and
 # no other module may pass the limit. Lower a ceiling when a module shrinks; drop its line
 # when it is split below the limit.
-OVER_THE_LIMIT = {
-    "workflow/sparta/train.py": 668,
-    "workflow/sparta/backends/hf.py": 694,
-}
+OVER_THE_LIMIT: dict[str, int] = {}
 
 
 def module_lengths(paths: list[Path], root: Path = REPO) -> dict[str, int]:

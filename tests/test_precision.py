@@ -11,6 +11,7 @@ from trl import DPOConfig, SFTConfig
 
 from sparta import config as sparta_config
 from sparta.data import sft_examples
+from sparta.members import MemberSpec
 from sparta.models import cpu_features, pick_dtype
 from sparta.settings import LoraSettings, Runtime, Settings, SFTSettings
 from sparta.train import PrecisionError, common_trainer_args, sft_member, trainer_precision
@@ -116,8 +117,7 @@ def test_sft_trains_without_autocast_and_logs_progress(tmp_path, caplog, monkeyp
     monkeypatch.setattr(torch.nn.Module, "__call__", spy)
     with caplog.at_level(logging.INFO, logger="sparta.train"):
         sft_member(
-            "ann",
-            str(base),
+            MemberSpec("ann", str(base)),
             sft_examples("addition", 8, 0),
             tmp_path / "ann",
             SFTSettings(max_steps=3, batch_size=4),

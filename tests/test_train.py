@@ -29,8 +29,7 @@ def sft_adapter(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
     base = build_tiny_model(root / "base")
     summary = sft_member(
-        "ann",
-        str(base),
+        MemberSpec("ann", str(base)),
         sft_examples("addition", 8, 0),
         root / "ann",
         SFTSettings(max_steps=2, batch_size=4),

@@ -15,9 +15,8 @@ job = job_settings(sm)
 name, base = sm.params.member["name"], sm.params.base
 out = Path(sm.output.member).parent
 data = read_table_file(sm.input.sft, "SFT data file", "sft.data_dir").head(job.sft.examples)
-summary = sft_member(
-    name, base, data, out, job.sft, job.lora, job.runtime, Tracking(**sm.params.tracking.value)
-)
+tracking = Tracking(**sm.params.tracking.value)
+summary = sft_member(MemberSpec(name, base), data, out, job.sft, job.lora, job.runtime, tracking=tracking)
 history = summary.pop("log_history")
 tables.write(training_log(history, name, 0, "sft", len(data)), sm.output.training_log, "training_log")
 log.info("SFT of %s on %s: %s", name, sm.params.member["sft_domain"], summary)

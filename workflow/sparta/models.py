@@ -29,9 +29,7 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 BF16_CAPABILITY = (8, 0)
-"""The first CUDA compute capability with bf16 arithmetic (Ampere: A100, A10, L40S, H100, ...).
-PyTorch reports bf16 as supported on older GPUs too (``is_bf16_supported`` counts emulation);
-vLLM refuses it there."""
+"""The first CUDA compute capability with bf16 arithmetic (Ampere); PyTorch counts emulation."""
 
 
 def gpu_dtype_problem(dtype: str, capability: tuple[int, int], name: str = "this GPU") -> str | None:
@@ -69,43 +67,26 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def cpu_features() -> dict:
-    """What this CPU offers for training: PyTorch's vector kernel level
-    (``torch.backends.cpu.get_cpu_capability()``, e.g. AVX2 or AVX512) and whether it has
-    native bf16 arithmetic (x86 AVX512_BF16 or AMX-BF16, Arm BF16). Without native bf16,
-    bf16 matrix products on CPU are emulated: a 576x1536 layer on 512 tokens took 9x as long
-    as in fp32 on an AVX2 EPYC."""
+    """What this CPU offers for training: PyTorch's vector kernel level (e.g. AVX2, AVX512) and
+    whether it has native bf16 arithmetic (x86 AVX512_BF16 or AMX-BF16, Arm BF16); without it
+    bf16 matrix products are emulated (9x as long as fp32 on an AVX2 EPYC)."""
     import platform
 
-    flags: set[str] = set()
+    info: dict[str, str] = {}  # the first "flags" (Arm: "Features") and "model name" lines
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+                key, _, value = line.partition(":")
+                info.setdefault("flags" if key.strip() == "Features" else key.strip(), value.strip())
     except OSError:
         pass
-    native = bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
     return {
         "capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": native,
+        "native_bf16": bool(set(info.get("flags", "").split()) & {"avx512_bf16", "amx_bf16", "bf16"}),
         "machine": platform.machine(),
-        "model": _cpu_model(),
+        "model": info.get("model name") or platform.processor() or "unknown",
         "cores": os.cpu_count(),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown"
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -147,8 +128,7 @@ class MemberLoader:
         return spec.name if spec.adapter is not None else BASE_ADAPTER
 
     def load_all(self, specs) -> object:
-        """The model of the base of ``specs`` (one base) with every one of their adapters
-        loaded (names from :meth:`adapter_name`); which one applies is chosen per call."""
+        """The model of the base of ``specs`` (one base) with all their adapters loaded."""
         from peft import PeftModel
 
         (base,) = {s.base for s in specs}
@@ -208,8 +188,7 @@ class _AdaptersOff:
 
 def convert_gguf(package: str, filename: str, folder: str | os.PathLike) -> Path:
     """Load a GGUF shipped in ``package`` once (slow: de-quantizes every tensor) and save it as
-    a plain safetensors folder, so later loads take seconds. Atomic: the folder appears whole,
-    its files with the umask's modes (safetensors writes the weights 0600)."""
+    a plain safetensors folder, atomically, with the umask's modes."""
     src = gguf_path(package, filename)
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     quantized = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)

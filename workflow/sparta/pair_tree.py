@@ -1,22 +1,14 @@
 """DPO's forward pass with each pair's shared start computed once.
 
-TRL's preference batch holds a pair as two rows, prompt + chosen and prompt + rejected, padded
-to the longer one, and its fused LM head scores every position of both rows. The prompt (and
-any opening the two answers share) is computed twice and the head runs over prompt and padding
-positions whose scores are thrown away. Here a pair is one row laid out as a tree: the shared
-start, the chosen answer after it, then the rejected answer, which attends to the shared start
-and to itself only and takes the positions it has in its own row. The LM head runs only on the
-positions that are scored. The result is TRL's fused output in TRL's row layout (per-token
-log-probabilities, entropy, mean logits, top-1 hits), so every TRL loss and metric reads it
-unchanged; the numbers are the same up to float rounding (tests/test_train.py compares both).
-
-On the embedded study's Sparta pairs (``benchmarks/bench_dpo.py``, which times both ways) a
-pair's two rows hold 159.7 token positions on average, its tree 103.7, and the head scores
-70.8 of them.
-
-Used where it applies: a PEFT model called directly (not wrapped for data parallelism), right
-padding (TRL's collator), a model whose logits are the plain LM head's; anything else takes TRL's
-own forward.
+TRL's preference batch holds a pair as two rows (prompt + chosen, prompt + rejected) and its
+fused LM head scores every position of both. Here a pair is one row laid out as a tree: the
+shared start, the chosen answer, then the rejected answer, which attends to the shared start
+and itself only, at the positions it has in its own row; the LM head runs only on scored
+positions. The result is TRL's fused output in TRL's row layout, so every TRL loss and metric
+reads it unchanged, the same up to float rounding (tests/test_train.py). On the embedded
+study's Sparta pairs a pair's two rows hold 159.7 positions on average, its tree 103.7
+(``benchmarks/bench_dpo.py``). Used for a PEFT model called directly, right padding, the plain
+LM head's logits; anything else takes TRL's own forward.
 """
 
 from __future__ import annotations
@@ -25,7 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
-# the tree forward (False: TRL's two-row forward everywhere; the tests and bench_dpo.py compare)
+from .libpatches import install
+
+# the tree forward (False: TRL's two-row forward everywhere; the tests and bench_dpo.py compare;
+# SPARTA_LIBRARY_PATCHES=plain sets it False)
 PAIR_TREE = True
 # scored positions per LM-head chunk; more than one chunk recomputes each chunk's logits in the
 # backward pass instead of keeping them (what TRL's kernel does for every chunk)
@@ -35,13 +30,7 @@ OWN_HEAD = True
 # vocabulary columns per tile of TRL's kernel (what TRL's fused forward passes it)
 TRL_VOCAB_CHUNK = 32768
 # config fields that change the logits after the LM head: such models take TRL's forward
-_SCALED = (
-    "final_logit_softcapping",
-    "logit_scale",
-    "output_multiplier",
-    "lm_head_multiplier",
-    "logits_scaling",
-)
+_SCALED = "final_logit_softcapping logit_scale output_multiplier lm_head_multiplier logits_scaling".split()
 
 
 @dataclass
@@ -137,42 +126,25 @@ def _head_fields(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 def _head(hidden, weight, bias, labels):
-    """(log-probability, entropy, mean logit, top-1 hit) of each label under the LM head.
-
-    fp32 weights outside autocast (CPU runs): :func:`_head_fields` on all positions at once,
-    or in chunks of :data:`HEAD_CHUNK` positions whose logits are recomputed in the backward
-    pass. Half-precision weights or autocast (GPU runs): TRL's own chunked kernel (the one its
-    fused forward calls: vocabulary tiles, fp32 accumulation, Triton where there is a GPU), on
-    the scored positions only; so is every head with ``OWN_HEAD`` off."""
+    """(log-probability, entropy, mean logit, top-1 hit) of each label under the LM head: fp32
+    weights outside autocast (CPU runs) by :func:`_head_fields`, in checkpointed chunks of
+    :data:`HEAD_CHUNK` positions; half-precision weights or autocast (GPU runs), or ``OWN_HEAD``
+    off, by TRL's own chunked kernel (the one its fused forward calls), on scored positions."""
     if OWN_HEAD and weight.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type):
         if len(hidden) <= HEAD_CHUNK:
             return _head_fields(hidden, weight, bias, labels)
         from torch.utils.checkpoint import checkpoint
 
+        cuts = [slice(s, s + HEAD_CHUNK) for s in range(0, len(hidden), HEAD_CHUNK)]
         parts = [
-            checkpoint(
-                _head_fields,
-                hidden[s : s + HEAD_CHUNK],
-                weight,
-                bias,
-                labels[s : s + HEAD_CHUNK],
-                use_reentrant=False,
-            )
-            for s in range(0, len(hidden), HEAD_CHUNK)
+            checkpoint(_head_fields, hidden[c], weight, bias, labels[c], use_reentrant=False) for c in cuts
         ]
         return tuple(torch.cat(p) for p in zip(*parts))
     from trl.kernels import ChunkedLogProbFunction
 
+    outputs = ("log_probs", "entropy", "mean_logits", "is_top1")
     logp, entropy, _, mean, top1 = ChunkedLogProbFunction.apply(
-        hidden,
-        weight,
-        bias,
-        labels,
-        1.0,
-        TRL_VOCAB_CHUNK,
-        None,
-        1.0,
-        ("log_probs", "entropy", "mean_logits", "is_top1"),
+        hidden, weight, bias, labels, 1.0, TRL_VOCAB_CHUNK, None, 1.0, outputs
     )
     return logp, entropy, mean, top1
 
@@ -191,9 +163,7 @@ def applies(model, trainer) -> bool:
 
 def forward(model, input_ids, attention_mask, labels, **kwargs):
     """TRL's fused output (``model(..., labels=labels, fused_lm_head=True)``) computed on the
-    tree layout: ``log_probs``, ``entropy``, ``mean_logits`` (rows x width - 1, zero where not
-    scored), ``is_top1``, ``label_mask`` and the mean loss. Falls back to the model's own call
-    where the batch has no tree layout."""
+    tree layout (zero where not scored); the model's own call where the batch has none."""
     from trl.trainer.utils import FusedCausalLMOutput
 
     causal = model.get_base_model()
@@ -250,12 +220,12 @@ class PairCall:
 
 def with_pair_tree(trainer_class):
     """``trainer_class`` (TRL's DPOTrainer or a subclass) computing its policy and reference
-    log-probabilities with :func:`forward` where it applies."""
+    log-probabilities with :func:`forward` where it applies (libpatches: pair_tree)."""
+    install()
 
     class PairTreeTrainer(trainer_class):
         def pair_model(self, model):
-            """``model`` as TRL's loss code should call it: the tree forward where it applies
-            (an unwrapped PEFT model: a data-parallel wrapper must see its own forward)."""
+            """``model`` as TRL's loss code should call it: the tree forward where it applies."""
             if applies(model, self) and self.accelerator.unwrap_model(model) is model:
                 return PairCall(model)
             return model

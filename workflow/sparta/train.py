@@ -1,9 +1,6 @@
-"""Training a member: DPO on an iteration's preference pairs (TRL + PEFT), and the short
-LoRA SFT that makes the embedded default's initial pool diverse.
-
-DPO continues the member's own adapter; TRL copies that adapter into a frozen "ref" adapter,
-so the reference policy is the member as it was at iteration t. A member without an adapter
-gets a fresh LoRA, whose reference (adapters off) is the same base model.
+"""Training a member: DPO on an iteration's preference pairs (TRL + PEFT), continuing the
+member's own adapter (TRL's frozen "ref" copy of it is the reference policy; a member without
+one gets a fresh LoRA), and the short LoRA SFT that makes the embedded initial pool diverse.
 """
 
 from __future__ import annotations
@@ -36,13 +33,10 @@ class PrecisionError(ValueError):
 
 
 def trainer_precision(device: torch.device, dtype: torch.dtype) -> dict:
-    """The trainer arguments of the run's precision, every one set explicitly.
-
-    TRL's configs leave ``bf16`` unset, which transformers resolves to bf16 autocast wherever
-    bf16 is merely available, CPUs included: on a CPU without native bf16 an SFT step then ran
-    9x slower than in fp32, and trained in a precision the run never asked for. Here fp32
-    trains in fp32 (no autocast); bf16 trains under bf16 autocast only where the device
-    computes bf16 natively, fp16 only on CUDA; anything else is an error naming the fix."""
+    """The trainer arguments of the run's precision, every one set explicitly: fp32 trains in
+    fp32 (TRL leaves ``bf16`` unset, which transformers resolves to bf16 autocast wherever bf16
+    is merely available: 9x slower on a CPU without native bf16), bf16 only where the device
+    computes it natively, fp16 only on CUDA; anything else is an error naming the fix."""
     cpu = device.type == "cpu"
     args = {"use_cpu": cpu, "bf16": False, "fp16": False, "dataloader_pin_memory": device.type == "cuda"}
     if dtype == torch.float32:
@@ -72,11 +66,9 @@ def trainer_precision(device: torch.device, dtype: torch.dtype) -> dict:
 
 
 def common_trainer_args(device: torch.device, dtype: torch.dtype, seed: int, out_dir: Path) -> dict:
-    """What every sparta trainer sets itself rather than inherit from a library default
-    (TRL 1.16 / transformers 5): precision, gradient checkpointing is set per stage by the
-    caller, logging every step (the training_log table and the job log's progress lines), no
-    checkpoints saved by the trainer (sparta saves the adapter), no dataloader workers, one
-    process (``average_tokens_across_devices`` has nothing to average), the seeds."""
+    """What every sparta trainer sets itself rather than inherit from a library default:
+    precision, logging every step (the training_log table), no checkpoints by the trainer
+    (sparta saves the adapter), no dataloader workers, one process, the seeds."""
     return {
         "output_dir": str(out_dir / "trainer"),
         **trainer_precision(device, dtype),
@@ -91,22 +83,16 @@ def common_trainer_args(device: torch.device, dtype: torch.dtype, seed: int, out
     }
 
 
-# what a DPO job on a CUDA GPU asks for beyond the libraries' defaults (gpu_dpo_args,
-# gpu_attention); False: the defaults on every device (bench_dpo.py --gpu-defaults compares)
+# False: no GPU options beyond the libraries' defaults (bench_dpo.py --gpu-defaults compares)
 GPU_SPEED = True
-# the reference pass's batch on a GPU, in training batches: a forward without gradients keeps
-# no activations, so a larger batch fills the GPU (TRL's precompute_ref_batch_size)
+# the reference pass's batch on a GPU, in training batches (no gradients: a larger batch fits)
 GPU_REF_BATCHES = 4
 
 
 def gpu_dpo_args(device: torch.device, batch_size: int) -> dict:
-    """DPOConfig fields for speed on a CUDA GPU; none elsewhere, so a CPU run trains as before.
-
-    The rest of the fast path needs no field: bf16 weights and autocast come with ``dtype:
-    auto`` (:func:`trainer_precision`); TRL's DPO computes the LM head in bf16 in its chunked
-    kernel (fp32 accumulation, no fp32 copy of the head; ``cast_lm_head_to_fp32`` is GRPO's);
-    fused AdamW is transformers' default. ``padding_free`` stays off: TRL 1.16's DPO ignores it
-    (it warns and pads), and it needs flash-attention, which the pair tree's mask rules out."""
+    """DPOConfig fields for speed on a CUDA GPU; none elsewhere. The rest of the fast path
+    needs no field (bf16 comes with ``dtype: auto``, TRL's chunked head keeps bf16, fused AdamW
+    is the default); ``padding_free`` stays off: TRL 1.16's DPO ignores it."""
     if device.type != "cuda" or not GPU_SPEED:
         return {}
     return {"precompute_ref_batch_size": GPU_REF_BATCHES * batch_size}
@@ -114,11 +100,8 @@ def gpu_dpo_args(device: torch.device, batch_size: int) -> dict:
 
 def gpu_attention(model, device: torch.device) -> None:
     """On a CUDA GPU, PyTorch's fused attention (SDPA) where the model has it; elsewhere the
-    model keeps its own (transformers' default, SDPA for most models), so CPU numbers stay.
-
-    Not flash-attention 2, even where installed: the pair tree (sparta.pair_tree) hands the
-    model a 4-D mask in which a rejected answer sees only the shared start and itself: SDPA
-    takes such a mask, flash-attention takes none."""
+    model keeps its own. Not flash-attention 2: it takes no 4-D mask, which the pair tree
+    (sparta.pair_tree) hands the model."""
     if device.type != "cuda" or not GPU_SPEED:
         return
     try:
@@ -128,11 +111,8 @@ def gpu_attention(model, device: torch.device) -> None:
 
 
 def progress_callback(stage: str, member: str):
-    """A trainer callback that writes progress to the job's log while it trains (step, loss,
-    steps/s, elapsed), so a long job's log file is never silent: every step for the first
-    few, then about every 2% of the run and at the end."""
-    import time
-
+    """A trainer callback writing progress to the job's log (step, loss, steps/s, elapsed):
+    every step for the first few, then about every 2% of the run and at the end."""
     from transformers import TrainerCallback
 
     class ProgressLog(TrainerCallback):
@@ -147,15 +127,10 @@ def progress_callback(stage: str, member: str):
             if "loss" not in logs or not (step <= 5 or step % every == 0 or step == total):
                 return
             elapsed = time.perf_counter() - self.start
+            rate = step / elapsed if elapsed > 0 else 0.0
             log.info(
-                "%s %s: step %d/%d loss %.4f, %.2f steps/s, %.0f s elapsed",
-                stage,
-                member,
-                step,
-                total,
-                float(logs["loss"]),
-                step / elapsed if elapsed > 0 else 0.0,
-                elapsed,
+                f"{stage} {member}: step {step}/{total} loss {float(logs['loss']):.4f}, "
+                f"{rate:.2f} steps/s, {elapsed:.0f} s elapsed"
             )
 
     return ProgressLog()
@@ -174,9 +149,8 @@ def lora_config(lora: LoraSettings):
 
 
 def preference_dataset(prefs: pd.DataFrame, system: str | None, win_probs: bool = False):
-    """Conversational DPO rows: the prompt as chat messages, chosen/rejected as assistant turns.
-    TRL applies the model's chat template to them. ``win_probs``: SPPO's estimated win
-    probabilities too, from the pairs' scores (1 + 9 P)."""
+    """Conversational DPO rows (prompt as chat messages, chosen/rejected as assistant turns);
+    ``win_probs``: SPPO's estimated win probabilities too, from the pairs' scores (1 + 9 P)."""
     from datasets import Dataset
 
     sys = [{"role": "system", "content": system}] if system else []
@@ -192,10 +166,9 @@ def preference_dataset(prefs: pd.DataFrame, system: str | None, win_probs: bool 
 
 
 def fitting_pairs(prefs: pd.DataFrame, tok, system: str | None, max_length: int) -> pd.DataFrame:
-    """The pairs whose prompt (chat template, generation prompt included) is shorter than
-    ``max_length`` tokens: TRL drops the others (their answers would be cut away entirely), and
-    a member left with none would stop the trainer. Long prompts are meta-rewarding's judge
-    pairs, whose prompt is the whole judge instruction."""
+    """The pairs whose prompt (chat template and generation prompt) is shorter than
+    ``max_length`` tokens: TRL drops the others, and a member left with none would stop the
+    trainer (meta-rewarding's judge pairs, whose prompt is the whole judge instruction)."""
     from .chat import chat_ids
 
     if len(prefs) == 0:
@@ -225,12 +198,10 @@ def pairs_of(prefs: pd.DataFrame, member: str) -> pd.DataFrame:
 
 
 def sppo_loss(logratio_w, logratio_l, p_w, p_l, eta: float):
-    """SPPO's loss per pair, on tensors, as the official trainer computes it (uclaml/SPPO,
-    ``sppo/trainer.py``: the mean of the two squared terms; Wu et al. 2024, eq. 4.7, writes
-    their sum, which differs by a constant factor only):
-    ((log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2) / 2,
-    eta = 1/beta of their trainer (their runs: beta 1e-3). With P_w = 1, P_l = 0 it is half of
-    TRL's sppo_hard with beta = 1/eta."""
+    """SPPO's loss per pair as the official trainer computes it (uclaml/SPPO, the mean of the
+    two squared terms; Wu et al. 2024, eq. 4.7, their sum), eta = 1/beta of their trainer:
+    ((log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l) - eta (P_l - 1/2))^2) / 2.
+    With P_w = 1, P_l = 0 it is half of TRL's sppo_hard with beta = 1/eta."""
     return ((logratio_w - eta * (p_w - 0.5)) ** 2 + (logratio_l - eta * (p_l - 0.5)) ** 2) / 2
 
 
@@ -255,10 +226,8 @@ def sppo_trainer():
     class SPPOTrainer(with_pair_tree(DPOTrainer)):
         def _set_signature_columns_if_needed(self):  # keep the probabilities in the batches
             super()._set_signature_columns_if_needed()
-            self._signature_columns = [
-                *self._signature_columns,
-                *(c for c in extra if c not in self._signature_columns),
-            ]
+            kept = list(self._signature_columns)
+            self._signature_columns = kept + [c for c in extra if c not in kept]
 
         def compute_ref_log_probs(self, model, inputs):
             return super().compute_ref_log_probs(model, {k: v for k, v in inputs.items() if k not in extra})
@@ -277,17 +246,13 @@ def sppo_trainer():
             lr_c, lr_r = chosen - ref_c, rejected - ref_r
             p_w, p_l = inputs["win_prob_chosen"].to(lr_c.dtype), inputs["win_prob_rejected"].to(lr_c.dtype)
             loss = sppo_loss(lr_c, lr_r, p_w, p_l, 1 / self.beta).mean()
-            metrics = self._metrics["train" if self.model.training else "eval"]
+            metrics = self._metrics["train" if self.model.training else "eval"]  # TRL's metric names
             rc, rr = self.beta * lr_c.detach(), self.beta * lr_r.detach()
-            for name, value in (
-                ("rewards/chosen", rc),
-                ("rewards/rejected", rr),
-                ("rewards/margins", rc - rr),
-                ("rewards/accuracies", (rc > rr).float()),
-                ("logps/chosen", chosen.detach()),
-                ("logps/rejected", rejected.detach()),
-            ):
-                metrics[name].append(self.accelerator.gather(value).mean().item())
+            rewards = {"chosen": rc, "rejected": rr, "margins": rc - rr, "accuracies": (rc > rr).float()}
+            answers = {"chosen": chosen.detach(), "rejected": rejected.detach()}
+            for prefix, values in (("rewards", rewards), ("logps", answers)):
+                for k, value in values.items():
+                    metrics[f"{prefix}/{k}"].append(self.accelerator.gather(value).mean().item())
             return (loss, out) if return_outputs else loss
 
     return SPPOTrainer, Collator
@@ -306,8 +271,7 @@ class TrainableMembers:
         self.model = None
 
     def attach(self, spec: MemberSpec, seed: int):
-        """The PEFT model with ``spec``'s adapter as its trainable "default" adapter. ``seed``
-        is set first: a fresh LoRA's A matrices are random."""
+        """The PEFT model with ``spec``'s adapter (or a fresh LoRA, seeded) as "default"."""
         from peft import PeftModel, get_peft_model
         from transformers import set_seed
 
@@ -337,8 +301,7 @@ class TrainableMembers:
 
 @dataclass(frozen=True)
 class Tracking:
-    """Where a trainer reports (``report_to``: tensorboard, wandb, trackio, ...) and under
-    which names; empty ``report_to``: nowhere, nothing is contacted."""
+    """Where a trainer reports (``report_to``: tensorboard, wandb, ...; empty: nowhere)."""
 
     report_to: tuple[str, ...] = ()
     project: str | None = None
@@ -356,18 +319,9 @@ class Tracking:
         return out
 
 
-LOGGED = (
-    "loss",
-    "grad_norm",
-    "learning_rate",
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/accuracies",
-    "rewards/margins",
-    "logps/chosen",
-    "logps/rejected",
-    "train_loss",
-    "train_runtime",
+LOGGED = tuple(
+    "loss grad_norm learning_rate rewards/chosen rewards/rejected rewards/accuracies rewards/margins "
+    "logps/chosen logps/rejected train_loss train_runtime".split()
 )
 
 
@@ -387,8 +341,7 @@ def progress(folder: Path, inputs: list) -> str | None:
 
 
 def save_every(minutes: float):
-    """A trainer callback: save the training state at the first step after every ``minutes``
-    (the trainer keeps its last save only: ``save_total_limit`` 1)."""
+    """A trainer callback saving the training state at the first step after every ``minutes``."""
     from transformers import TrainerCallback
 
     class SaveEvery(TrainerCallback):
@@ -403,8 +356,7 @@ def save_every(minutes: float):
 
 
 def training_log(history: list[dict], member: str, iteration: int, stage: str, examples: int) -> pd.DataFrame:
-    """A trainer's log history as a training_log table: one row per logged step (and the
-    final summary row, with train_loss), metric names without slashes."""
+    """A trainer's log history as a training_log table: a row per logged step and the summary."""
     rows = []
     for entry in history:
         row = {"member": member, "iteration": iteration, "stage": stage, "examples": examples}
@@ -422,22 +374,19 @@ def dpo_members(
     lora: LoraSettings,
     runtime: Runtime,
     tracking: Tracking = Tracking(),
+    *,
     loss: str = "dpo",
     sppo_eta: float = 1000.0,
 ) -> list[dict]:
     """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
-    another on one base load; each adapter is saved under ``<output folder>/adapter``.
-
-    The reference policy is the member as it enters the iteration: TRL copies its adapter to
-    a frozen "ref" adapter, and the reference log-probabilities are computed once per pair
-    before training. With no pairs a member is saved unchanged (a member without an adapter
-    gets a fresh LoRA, which is the base itself). ``loss`` sppo or sppo_hard trains with beta =
-    1 / ``sppo_eta`` instead of DPO's beta. Returns one summary per member (pairs,
-    steps, final loss, the trainer's log history)."""
+    another on one base load; each adapter is saved under ``<output folder>/adapter``. The
+    reference policy is the member as it enters (TRL's frozen "ref" copy of its adapter, its
+    log-probabilities computed first). A member without pairs is saved unchanged (or as a
+    fresh LoRA). ``loss`` sppo or sppo_hard trains with beta = 1 / ``sppo_eta``. Returns one
+    summary per member (pairs, steps, final loss, the trainer's log history)."""
     job = _DPOJob(TrainableMembers(lora, runtime), params, runtime, tracking, loss, sppo_eta)
-    summaries = []
-    tok, tok_base = None, None
-    everyone = prefs
+    summaries, everyone = [], prefs
+    tok = tok_base = None
     for spec, out_dir, seed in members:
         prefs = pairs_of(everyone, spec.name)
         out_dir = Path(out_dir)
@@ -455,26 +404,19 @@ def dpo_members(
 
 
 def _fitting(prefs: pd.DataFrame, tok, member: str, system: str | None, max_length: int) -> pd.DataFrame:
-    """The pairs whose prompt leaves room for an answer within ``max_length`` (a warning
-    counts the others)."""
+    """The pairs whose prompt leaves room for an answer within ``max_length``, with warnings."""
     fitting = fitting_pairs(prefs, tok, system, max_length)
-    if len(fitting) < len(prefs):
+    n, kept = len(prefs), len(fitting)
+    if kept < n:
         log.warning(
-            "member %s: %d of %d pairs left out: their prompt alone fills dpo.max_length %d",
-            member,
-            len(prefs) - len(fitting),
-            len(prefs),
-            max_length,
+            f"member {member}: {n - kept} of {n} pairs left out: their prompt alone fills "
+            f"dpo.max_length {max_length}"
         )
-    cut = cut_pairs(fitting, tok, system, max_length) if len(fitting) else 0
+    cut = cut_pairs(fitting, tok, system, max_length) if kept else 0
     if cut:
         log.warning(
-            "member %s: %d of %d pairs have an answer cut at dpo.max_length %d (its end, a "
-            "judgment's score included, goes untrained): raise dpo.max_length",
-            member,
-            cut,
-            len(fitting),
-            max_length,
+            f"member {member}: {cut} of {kept} pairs have an answer cut at dpo.max_length {max_length} "
+            "(its end, a judgment's score included, goes untrained): raise dpo.max_length"
         )
     return fitting
 
@@ -501,9 +443,8 @@ class _DPOJob:
         return {"pairs": 0, "steps": 0, "adapter": str(adapter_dir), "log_history": []}
 
     def args(self, name: str, seed: int, out_dir: Path):
-        """TRL's DPOConfig of one member: the dpo settings, the trainer's precision and seed,
-        beta = 1 / ``sppo_eta`` for SPPO's losses, reference log-probabilities computed first,
-        on a CUDA GPU :func:`gpu_dpo_args`."""
+        """TRL's DPOConfig of one member: the dpo settings, precision and seed, beta = 1 /
+        ``sppo_eta`` for SPPO's losses, on a CUDA GPU :func:`gpu_dpo_args`."""
         from trl import DPOConfig
 
         params, loss = self.params, self.loss
@@ -541,9 +482,9 @@ class _DPOJob:
         same = {k: v for k, v in args.to_dict().items() if k not in ("logging_dir", "run_name", "output_dir")}
         resume = progress(Path(args.output_dir), [spec, seed, self.loss, same, prefs.to_json()])
         set_seed(seed)
-        extra = {}
+        extra, sppo = {}, self.loss == "sppo"
         trainer_class = with_pair_tree(DPOTrainer)
-        if self.loss == "sppo":
+        if sppo:
             trainer_class, collator = sppo_trainer()
             extra["data_collator"] = collator(
                 pad_token_id=tok.pad_token_id, max_length=self.params.max_length
@@ -551,9 +492,7 @@ class _DPOJob:
         trainer = trainer_class(
             model=model,
             args=args,
-            train_dataset=preference_dataset(
-                prefs, self.runtime.system_prompt, win_probs=self.loss == "sppo"
-            ),
+            train_dataset=preference_dataset(prefs, self.runtime.system_prompt, win_probs=sppo),
             processing_class=tok,
             callbacks=[
                 progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name),
@@ -570,8 +509,7 @@ class _DPOJob:
         follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)
         self.trainable.detach()
-        # the mean step loss over every step, in the trainer's own order of addition (its
-        # training_loss counts only the steps since a resume)
+        # the mean loss of every step (the trainer's training_loss counts the steps since a resume)
         history = list(trainer.state.log_history)
         losses = [e["loss"] for e in history if "loss" in e]
         train_loss = sum(losses) / len(losses) if losses else float(result.training_loss)
@@ -591,44 +529,39 @@ def sft_dataset(examples: pd.DataFrame, system: str | None):
     from datasets import Dataset
 
     sys = [{"role": "system", "content": system}] if system else []
-    return Dataset.from_dict(
-        {
-            "messages": [
-                sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
-                for p, r in zip(examples["prompt"], examples["response"])
-            ]
-        }
-    )
+    chats = [
+        sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+        for p, r in zip(examples["prompt"], examples["response"])
+    ]
+    return Dataset.from_dict({"messages": chats})
 
 
 def sft_member(
-    name: str,
-    base: str,
+    spec: MemberSpec,
     examples: pd.DataFrame,
     out_dir: str | Path,
     params: SFTSettings,
     lora: LoraSettings,
     runtime: Runtime,
+    *,
     tracking: Tracking = Tracking(),
 ) -> dict:
-    """LoRA SFT of ``base`` on ``examples`` (columns prompt, response); saves the adapter.
-    Returns a summary with the trainer's log history."""
+    """LoRA SFT of the member's base on ``examples`` (columns prompt, response); saves the
+    adapter. Returns a summary with the trainer's log history."""
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
-    seed, system = runtime.seed, runtime.system_prompt
+    name, base, seed, system = spec.name, spec.base, runtime.seed, runtime.system_prompt
     set_seed(seed)
     if len(examples) == 0:
         raise ValueError(f"member {name}: the SFT data is empty")
     out_dir = Path(out_dir)
     tok = load_tokenizer(base)
     tok.padding_side = "right"
-    dev = pick_device(runtime.device)
-    dtype = pick_dtype(runtime.dtype, dev)
-    precision = trainer_precision(dev, dtype)  # before the load: a dtype that cannot train stops here
-    model = load_base(base, dev, dtype)
+    where = TrainableMembers(lora, runtime)  # device and dtype; one that cannot train stops here
+    model = load_base(base, where.device, where.dtype)
     args = SFTConfig(
-        **{**common_trainer_args(dev, dtype, seed, out_dir), **precision},
+        **common_trainer_args(where.device, where.dtype, seed, out_dir),
         max_steps=params.max_steps,
         learning_rate=params.learning_rate,
         lr_scheduler_type=params.lr_scheduler,

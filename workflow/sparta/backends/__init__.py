@@ -1,26 +1,15 @@
 """Model backends behind one small interface: what combat, judging and evaluation need.
 
 A backend holds the base model(s) of one job and serves its members (a base plus an optional
-LoRA adapter). Its two primitives take one member per request, so requests of different
-members of one base run in the same batches:
+LoRA adapter), one member per request, so requests of different members of one base share
+batches: ``generate`` gives one :class:`Generation` per prompt (token ids through the chat
+template, :func:`sparta.chat.chat_ids`), request i answered by ``members[i]`` with its own
+``seeds[i]``; ``continuation_logprobs`` the summed log-probability of each continuation of
+each prompt. :class:`Served` binds them to one member or one per request, with the tokenizer
+``tok``; judging and evaluation are written once on top of it.
 
-- ``generate(members, prompts, sampling, seeds, batch_size, desc)``: one :class:`Generation`
-  per prompt (token ids, already through the chat template: see :func:`sparta.chat.chat_ids`),
-  in input order; request i is answered by ``members[i]`` and sampled with its own
-  ``seeds[i]``, whatever else shares its batch;
-- ``continuation_logprobs(members, prompts, conts, batch_size)``: for each prompt (token ids)
-  the summed log-probability of each of its continuations (token ids) under ``members[i]``.
-
-:class:`Served` binds them to one member, or to one member per request, with the members'
-tokenizer ``tok`` (:meth:`Backend.serve`, :meth:`Backend.serve_each`, written once for every
-backend); everything else (judge prompts, the expected score, option
-log-likelihoods) is written once on top of it, in :mod:`sparta.judging` and
-:mod:`sparta.evaluate`.
-
-One module per backend: :mod:`sparta.backends.hf` (transformers + PEFT in this process, CPU
-or GPU) and :mod:`sparta.backends.vllm` (one vLLM engine per base, members as LoRA requests;
-imported only when chosen). Callers get one with :func:`open_backend` and never ask which.
-This module itself is pure.
+One module per backend (:mod:`sparta.backends.hf`, :mod:`sparta.backends.vllm`, imported only
+when chosen); callers get one with :func:`open_backend` and never ask which. This module is pure.
 """
 
 from __future__ import annotations
@@ -58,6 +47,7 @@ class Backend(ABC):
         prompts: list[list[int]],
         sampling: Sampling,
         seeds: list[int],
+        *,
         batch_size: int = 8,
         desc: str = "generate",
     ) -> list[Generation]: ...
@@ -107,8 +97,9 @@ class Served:
     ) -> list[Generation]:
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(seeds)} seeds: one seed per request")
+        members = self._each(len(prompts))
         return self.backend.generate(
-            self._each(len(prompts)), list(prompts), sampling, list(seeds), batch_size, desc
+            members, list(prompts), sampling, list(seeds), batch_size=batch_size, desc=desc
         )
 
     def continuation_logprobs(self, prompts, conts, batch_size: int = 8) -> list[list[float]]:

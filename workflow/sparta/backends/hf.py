@@ -1,11 +1,9 @@
 """Hugging Face backend: transformers + PEFT in this process, on CPU or GPU.
 
-Every member of one base shares its weights: their LoRA adapters are loaded side by side into
-one PEFT model (:class:`~sparta.models.MemberLoader`), and requests of different members run
-in the same batches (PEFT's mixed-adapter batches, ``adapter_names``). Sampling draws each
-answer's tokens from its own seeded generator, so an answer does not depend on which other
-requests share its batch: a member's answers are the same whether its job serves one member
-or the whole pool.
+The members of one base share its weights: their LoRA adapters sit side by side in one PEFT
+model (:class:`~sparta.models.MemberLoader`) and their requests run in the same batches
+(PEFT's mixed-adapter batches). Each answer is sampled from its own seeded generator, so it
+does not depend on which other requests share its batch.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from ..chat import stop_token_ids
+from ..libpatches import install
 from ..members import MemberSpec
 from ..models import MemberLoader
 from ..settings import BackendSettings, Runtime, Sampling
@@ -28,11 +27,8 @@ from . import Backend, Generation, decode_answer
 
 log = logging.getLogger(__name__)
 
-# The name of a model's KV cache, as a forward's argument and output: ``cache`` since
-# transformers 5.21, ``past_key_values`` before (the GPU env, envs/vllm.yaml, has 5.20, which
-# vLLM requires). A wrong name would be swallowed by the forward's **kwargs and silently
-# compute without the cache, so it is read off the library, and `make vllm-check` runs the
-# backend's tests with the older one.
+# the KV cache's argument name: ``cache`` since transformers 5.21, ``past_key_values`` before
+# (envs/vllm.yaml); a wrong one is swallowed by the forward's **kwargs (libpatches: kv_cache_name)
 CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 
@@ -47,8 +43,7 @@ class HFBackend(Backend):
         return self.loader.tokenizer(spec)
 
     def _model(self, members: list[MemberSpec]):
-        """The model holding every adapter of ``members`` (one base), and each row's adapter
-        name (None for a plain model without adapters)."""
+        """The model holding every adapter of ``members`` (one base), each row's adapter name."""
         bases = {m.base for m in members}
         if len(bases) != 1:
             raise ValueError(f"one call serves members of one base, got {sorted(bases)}")
@@ -57,18 +52,21 @@ class HFBackend(Backend):
             return model, None
         return model, [self.loader.adapter_name(m) for m in members]
 
-    def generate(self, members, prompts, sampling: Sampling, seeds, batch_size=8, desc="generate"):
+    def generate(self, members, prompts, sampling: Sampling, seeds, *, batch_size=8, desc="generate"):
         if not prompts:
             return []
         model, names = self._model(members)
-        return generate(model, self.tokenizer(members[0]), prompts, sampling, seeds, batch_size, desc, names)
+        tok = self.tokenizer(members[0])
+        return generate(
+            model, tok, prompts, sampling, seeds, batch_size=batch_size, desc=desc, adapter_names=names
+        )
 
     def continuation_logprobs(self, members, prompts, conts, batch_size=8):
         if not prompts:
             return []
         model, names = self._model(members)
         pad = self.tokenizer(members[0]).pad_token_id
-        return continuation_logprobs(model, pad, prompts, conts, batch_size, names)
+        return continuation_logprobs(model, pad, prompts, conts, batch_size=batch_size, adapter_names=names)
 
 
 def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> HFBackend:
@@ -77,17 +75,9 @@ def open_backend(backend: BackendSettings, runtime: Runtime, specs) -> HFBackend
 
 class SeededSampler(LogitsProcessor):
     """Temperature, top-k and top-p, then one draw per row from that row's own generator.
-    Returns scores that are -inf but for the drawn token, so greedy decoding takes it: a row's
-    tokens depend only on its seed and its own logits, never on the rest of its batch.
-
-    The draw is ``torch.multinomial``'s own one-sample method (the argmax of p / q, q ~ Exp(1)),
-    with each row's q drawn from that row's CPU generator and the pick made for the whole batch
-    at once: on a CPU exactly ``torch.multinomial(probs[row], 1, generator=row's)`` (tested), on
-    a GPU the same random numbers as on a CPU, and a few kernels a step instead of about ten
-    per row (a row's multinomial checks, divides and reduces alone: at 64-128 rows a step,
-    several hundred launches; the H200's decoding step cost 1.8-2.5 ms per row: docs/results.md).
-    The q of several steps are drawn at once (:meth:`exponentials`), so a step's host work does
-    not grow with its rows."""
+    Returns scores that are -inf but for the drawn token, so greedy decoding takes it. The draw
+    is ``torch.multinomial``'s (the argmax of p / q, q ~ Exp(1) from the row's CPU generator:
+    exactly its numbers, tested), made for the whole batch at once (a few kernels a step)."""
 
     def __init__(self, seeds, sampling: Sampling):
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
@@ -96,8 +86,7 @@ class SeededSampler(LogitsProcessor):
         self.step = 0  # the next step of ``ahead``
 
     def __call__(self, input_ids, scores):
-        drawn = self.draw(scores)[:, None]
-        return torch.full_like(scores, float("-inf")).scatter_(1, drawn, 0.0)
+        return torch.full_like(scores, float("-inf")).scatter_(1, self.draw(scores)[:, None], 0.0)
 
     def select(self, rows: list[int]) -> None:
         """Keep the generators of ``rows`` only (the batch's other rows have finished)."""
@@ -120,12 +109,9 @@ class SeededSampler(LogitsProcessor):
         return index.gather(1, picks)[:, 0]
 
     def exponentials(self, k: int, device) -> torch.Tensor:
-        """This step's q (rows, k), float32 Exp(1): each row's next k numbers of its generator.
-
-        A CPU generator's ``exponential_`` fills a tensor in order, so drawing n steps of k at
-        once gives each step the numbers that n draws of k give (tested): the rows' draws are
-        made for up to ``max_new_tokens`` steps at a time (at most :data:`DRAW_AHEAD` numbers)
-        and copied to the device once, instead of one draw per row and a copy at every step."""
+        """This step's q (rows, k), float32 Exp(1): each row's next k numbers of its generator,
+        drawn for up to ``max_new_tokens`` steps at once (at most :data:`DRAW_AHEAD` numbers;
+        ``exponential_`` fills in order, so the same numbers: tested) and copied once."""
         if self.ahead is None or self.step == self.ahead.shape[1] or self.ahead.shape[2] != k:
             rows = len(self.generators)
             steps = max(1, min(self.sampling.max_new_tokens, DRAW_AHEAD // max(rows * k, 1)))
@@ -138,8 +124,7 @@ class SeededSampler(LogitsProcessor):
 
 
 DRAW_AHEAD = 1 << 22
-"""Random numbers :class:`SeededSampler` draws ahead at most (16 MB as float32): at 128 rows
-and top-k 50, 655 steps; over a whole vocabulary of 49,152, one step at a time."""
+"""Random numbers :class:`SeededSampler` draws ahead at most (16 MB as float32)."""
 
 
 @torch.no_grad()
@@ -149,44 +134,39 @@ def generate(
     prompts: list[list[int]],
     sampling: Sampling,
     seeds: list[int],
+    *,
     batch_size: int = 8,
     desc: str = "generate",
     adapter_names: list[str] | None = None,
 ) -> list[Generation]:
-    """One answer per prompt (token ids, already through the chat template), in input order.
-
-    Prompts are sorted by length (alike prompts side by side) and generated in batches; each
-    row uses its own adapter (``adapter_names``) and its own seed (``seeds``). A batch's
-    prompts are prefilled by :func:`_prefilled`: the start they all share (system prompt,
-    template, a judge's rubric) once per adapter, a prompt asked several times of one adapter
-    (a judge's samples) once, then the cache is spread to every row; an answer is what
-    generating it alone gives, up to float rounding. Decoding is :func:`_decode`: a row that
-    has ended its turn leaves the batch (``OWN_DECODING``)."""
+    """One answer per prompt (token ids, through the chat template), in input order, each row
+    with its own adapter and seed, in batches prefilled by :func:`_prefilled` and decoded by
+    :func:`_decode`: an answer is what generating it alone gives, up to float rounding."""
     if not prompts:
         return []
+    install()
     device = next(model.parameters()).device
-    stops = stop_token_ids(tok)
+    stops, pad, max_new = stop_token_ids(tok), tok.pad_token_id, sampling.max_new_tokens
     names = adapter_names or [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), prompts[i], names[i], i))
     out: list[Generation | None] = [None] * len(prompts)
-    config = _generation_config(sampling.max_new_tokens, tok.pad_token_id, stops)
     started, logged = time.perf_counter(), 0
     with tqdm(total=len(prompts), desc=desc, unit="prompt") as bar:
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             rows = [prompts[i] for i in idx]
             who = [adapter_names[i] for i in idx] if adapter_names is not None else None
-            enc, extra = _prefilled(model, rows, who, tok.pad_token_id, device, sampling.max_new_tokens)
+            enc, extra = _prefilled(model, rows, who, pad, device, max_new)
             sampler = None if sampling.greedy else SeededSampler([seeds[i] for i in idx], sampling)
             if OWN_DECODING:
-                new = _decode(
-                    model, enc, extra[CACHE], who, sampler, sampling.max_new_tokens, stops, tok.pad_token_id
-                )
+                new = _decode(model, enc, extra[CACHE], who, sampler, max_new=max_new, stops=stops, pad=pad)
             else:  # transformers' generate (tests and benchmarks compare)
                 extra.update(_adapter_hooks(who, device))
                 if sampler is not None:
                     extra["logits_processor"] = LogitsProcessorList([sampler])
-                seqs = model.generate(**enc, generation_config=config, **extra)
+                seqs = model.generate(
+                    **enc, generation_config=_generation_config(max_new, pad, stops), **extra
+                )
                 new = seqs[:, enc["input_ids"].shape[1] :].tolist()
             for i, ids in zip(idx, new):
                 out[i] = decode_answer(tok, ids, stops)
@@ -200,8 +180,7 @@ def generate(
 
 
 def _generation_config(max_new_tokens: int, pad: int, stops) -> GenerationConfig:
-    """``model.generate``'s config, explicit: nothing from the checkpoint's generation_config
-    (penalties, sampling flags) is applied behind our back; sampling is the SeededSampler's."""
+    """``model.generate``'s config, explicit: nothing of the checkpoint's generation_config."""
     return GenerationConfig(
         do_sample=False,
         max_new_tokens=max_new_tokens,
@@ -215,18 +194,13 @@ def _generation_config(max_new_tokens: int, pad: int, stops) -> GenerationConfig
 
 
 ROW_INDEX = True
-"""False: PEFT's own mixed-adapter path, rebuilding each adapter's rows from the list of
-names in every LoRA layer at every forward (tests and benchmarks compare)."""
+"""False: PEFT's own mixed-adapter path (libpatches: row_index; tests and benchmarks compare)."""
 
 
 class AdapterRows(list):
     """``adapter_names`` of a mixed-adapter batch: each row's adapter, as PEFT reads it, and
-    each adapter's rows as one index tensor on the device, built once per batch (``rows``:
-    adapter -> rows, None when every row has that adapter).
-
-    PEFT's ``lora.Linear`` makes the index lists again in every LoRA layer at every forward,
-    and indexes with them: three tensors built from Python data per layer and adapter (on a
-    GPU, three host-to-device copies). :func:`_rows_forward` reads these instead."""
+    ``rows``: adapter -> its rows as an index tensor on the device (None: the whole batch),
+    built once per batch for :func:`sparta.libpatches.rows_forward`."""
 
     def __init__(self, names, device):
         super().__init__(names)
@@ -241,50 +215,7 @@ def _adapter_hooks(names, device) -> dict:
     """The forward's ``adapter_names`` argument for rows of ``names`` (None: no adapters)."""
     if names is None:
         return {}
-    if not ROW_INDEX:
-        return {"adapter_names": list(names)}
-    _install_rows_forward()
-    return {"adapter_names": AdapterRows(names, device)}
-
-
-def _rows_forward(self, x, *args, adapter_names, **kwargs):
-    """PEFT's ``lora.Linear._mixed_batch_forward`` with the rows of :class:`AdapterRows`: the
-    same sub-batches, products and sums, so the same numbers; each adapter's rows taken with
-    ``index_select`` and added back with ``index_add_`` (no index from a Python list), and
-    none taken when one adapter has the whole batch. Anything else (plain names, a LoRA
-    variant such as aLoRA, variant arguments) goes to PEFT's own method."""
-    rows = getattr(adapter_names, "rows", None)
-    variant = any(kwargs.get(k) is not None for k in _PEFT["variant_keys"])
-    if rows is None or self.lora_variant or variant:
-        return _PEFT["forward"](self, x, *args, adapter_names=adapter_names, **kwargs)
-    kwargs = {k: v for k, v in kwargs.items() if k not in _PEFT["variant_keys"]}
-    result = self.base_layer(x, *args, **kwargs)
-    for name, index in rows.items():
-        if name not in self.lora_A:  # the base's rows ("__base__"), or no LoRA of it here
-            continue
-        lora_A, lora_B = self.lora_A[name], self.lora_B[name]
-        sub = x if index is None else x.index_select(0, index)
-        out = lora_B(lora_A(self.lora_dropout[name](sub.to(lora_A.weight.dtype)))) * self.scaling[name]
-        if index is None:
-            result += out.to(result.dtype)
-        else:
-            result.index_add_(0, index, out.to(result.dtype))
-    return result
-
-
-_PEFT: dict = {}  # PEFT's own method and the variant arguments it takes, once replaced
-
-
-def _install_rows_forward() -> None:
-    """Route ``peft.tuners.lora.layer.Linear._mixed_batch_forward`` through
-    :func:`_rows_forward` (once per process; it hands plain name lists back to PEFT)."""
-    from peft.tuners.lora import layer
-
-    if layer.Linear._mixed_batch_forward is _rows_forward:
-        return
-    _PEFT["variant_keys"] = tuple(getattr(layer, "VARIANT_KWARG_KEYS", ("alora_offsets",)))
-    _PEFT["forward"] = layer.Linear._mixed_batch_forward
-    layer.Linear._mixed_batch_forward = _rows_forward
+    return {"adapter_names": AdapterRows(names, device) if ROW_INDEX else list(names)}
 
 
 OWN_DECODING = True
@@ -293,18 +224,11 @@ COMPACT_AT = 0.25
 """Finished rows leave the batch once they are this share of it (each leaving copies the cache)."""
 
 
-def _decode(model, enc, cache, names, sampler, max_new: int, stops, pad: int) -> list[list[int]]:
+def _decode(model, enc, cache, names, sampler, *, max_new: int, stops, pad: int) -> list[list[int]]:
     """Each row's new tokens (up to and with its stop token), decoded greedily or by
-    ``sampler``, from the inputs and cache of :func:`_prefilled`.
-
-    What ``model.generate`` does for these inputs (the same forward calls, positions from the
-    attention mask, float32 logits, argmax), but a row that has produced a stop token leaves
-    the batch: once finished rows are :data:`COMPACT_AT` of it, the cache, mask, adapter names
-    and sampler keep the other rows only. ``generate`` computes every row until the batch's
-    longest answer ends; a judge's batch of reasons of 30 to 160 tokens, or an evaluation's
-    answers of 5 to 32, spends much of its steps on answers already over. A row's tokens never
-    depend on the rest of its batch (its own seed), so leaving changes none of them, up to
-    float rounding."""
+    ``sampler`` from the inputs and cache of :func:`_prefilled`, as ``model.generate`` does
+    (the same forward calls), but once finished rows are :data:`COMPACT_AT` of the batch the
+    others go on alone: a row's tokens depend on its own seed only, so none change."""
     ids, mask = enc["input_ids"], enc["attention_mask"]
     n, device = ids.shape[0], ids.device
     cached = cache.get_seq_length()
@@ -362,13 +286,10 @@ SHARE_PROMPTS = True
 
 class RoomyLayer(DynamicLayer):
     """A :class:`DynamicLayer` that keeps room after its tokens and writes each step's keys
-    and values into it. DynamicLayer concatenates: every decoding step copies every layer's
-    whole cache (on 2 CPU cores, 83% of a pool judge's decoding time at 48 rows of 500
-    tokens); here a step copies its own new tokens only, and the cache is copied once more
-    only when it outgrows its room, when rows are selected (room and all), or when something
-    else replaces it (reordering makes new tensors, adopted at the next update).
-    ``keys``/``values`` are views of the filled part, so everything that reads them sees a
-    DynamicLayer."""
+    and values into it, where DynamicLayer concatenates (copying every layer's whole cache at
+    every step: 83% of a pool judge's decoding time on 2 CPU cores). The cache is copied again
+    only when it outgrows its room, rows are selected, or something else replaces it.
+    ``keys``/``values`` are views of the filled part: readers see a DynamicLayer."""
 
     def __init__(self, room: int = 64, **kwargs):
         super().__init__(**kwargs)
@@ -417,8 +338,7 @@ ROOMY_CACHE = True
 
 
 def roomy_cache(room: int) -> DynamicCache:
-    """An empty KV cache of :class:`RoomyLayer`s keeping ``room`` tokens of room (the
-    tokens still to generate)."""
+    """An empty KV cache of :class:`RoomyLayer`s keeping ``room`` tokens of room."""
     cache = DynamicCache()
     if not ROOMY_CACHE:
         return cache
@@ -427,31 +347,21 @@ def roomy_cache(room: int) -> DynamicCache:
 
 
 def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, device, room: int = 64):
-    """Inputs of ``model.generate`` for one batch of prompts (token ids) with every prompt
-    token but the last already in a KV cache, each token computed as few times as it can be:
-    the start every prompt shares (at least :data:`GENERATE_SHARED_MIN` tokens; every prompt
-    keeps one of its own) once per adapter, each distinct (adapter, prompt) once, then the
-    cache spread over the rows. Rows are laid out as shared start, padding, the rest (padding
-    in the middle, masked; position ids from the mask, so every token has the position it has
-    alone). Nothing to share: plain left padding and an empty cache. The cache keeps ``room``
-    tokens of room (:class:`RoomyLayer`). Returns (the ``input_ids`` and ``attention_mask``,
-    the extra ``generate`` arguments: ``cache``)."""
+    """Inputs of ``model.generate`` for one batch of prompts (token ids), every prompt token
+    but the last already in a KV cache: the start every prompt shares (at least
+    :data:`GENERATE_SHARED_MIN` tokens) once per adapter, each distinct (adapter, prompt)
+    once, then the cache spread over the rows, laid out as shared start, padding, the rest
+    (positions from the mask); nothing to share: left padding, an empty cache. Returns
+    (``input_ids`` and ``attention_mask``, ``{CACHE: the cache}``)."""
     n = len(rows)
     who = names or [None] * n
     shared = min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)
     keys = list(dict.fromkeys((w, tuple(r)) for w, r in zip(who, rows)))  # distinct, in order
     if not SHARE_PROMPTS or (shared < GENERATE_SHARED_MIN and len(keys) == n):
-        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {CACHE: roomy_cache(room)}
-    shared = max(shared, 0)
-    width = max(len(r) for r in rows)
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, :shared] = torch.tensor(r[:shared], dtype=torch.long)
-        ids[i, width - len(r) + shared :] = torch.tensor(r[shared:], dtype=torch.long)
-        mask[i, :shared] = 1
-        mask[i, width - len(r) + shared :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+        return _left_padded(rows, pad, device), {CACHE: roomy_cache(room)}
+    shared, width = max(shared, 0), max(len(r) for r in rows)
+    enc = _left_padded(rows, pad, device, shared)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     adapters = list(dict.fromkeys(who))
     first = {k: i for i, k in reversed(list(enumerate(zip(who, map(tuple, rows)))))}  # key -> first row
@@ -477,20 +387,22 @@ def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, 
             **hooks,
         )[CACHE]
     if cache is None:  # one-token prompts: nothing to compute ahead
-        return {k: v.to(device) for k, v in _left_padded(rows, pad).items()}, {CACHE: roomy_cache(room)}
+        return _left_padded(rows, pad, device), {CACHE: roomy_cache(room)}
     index = [distinct.index(first[(w, tuple(r))]) for w, r in zip(who, rows)]
     cache.batch_select_indices(torch.tensor(index, device=device))
-    return {"input_ids": ids, "attention_mask": mask}, {CACHE: cache}
+    return enc, {CACHE: cache}
 
 
-def _left_padded(rows: list[list[int]], pad: int) -> dict[str, torch.Tensor]:
+def _left_padded(rows: list[list[int]], pad: int, device="cpu", shared: int = 0) -> dict[str, torch.Tensor]:
+    """``rows`` as one batch: the first ``shared`` tokens (common to all), padding, the rest."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+        cols = [*range(shared), *range(width - len(r) + shared, width)]
+        ids[i, cols] = torch.tensor(r, dtype=torch.long)
+        mask[i, cols] = 1
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
 
 
 SHARED_PREFIX_MIN = 16
@@ -499,23 +411,18 @@ SHARED_PREFIX_MIN = 16
 
 @torch.no_grad()
 def continuation_logprobs(
-    model, pad: int, prompts, conts, batch_size: int, adapter_names: list[str] | None = None
+    model, pad: int, prompts, conts, *, batch_size: int = 8, adapter_names: list[str] | None = None
 ) -> list[list[float]]:
     """Summed log-probability of each continuation after its prompt (token ids), each row
-    under its own adapter.
-
-    Requests of one adapter whose prompts begin alike (a judge reading several answers to one
-    question, an annotator's every pair, a meta-judge's every two judgments of one answer) are
-    laid in one row with their common prefix computed once (:func:`_segments`); a batch holds
-    at most ``batch_size`` requests and is one forward pass, a tree attention mask keeping the
-    requests of a row apart (:func:`_tree_logprobs`). Each request's result is what scoring it
-    alone gives, up to float rounding."""
+    under its own adapter; prompts of one adapter that begin alike share a row, their prefix
+    computed once (:func:`_segments`, :func:`_tree_logprobs`): as scored alone, up to rounding."""
+    install()
     device = next(model.parameters()).device
     batches = _batches(prompts, conts, adapter_names, batch_size)
     out: list[list[float]] = [[] for _ in prompts]
     with tqdm(total=len(prompts), desc="score", unit="prompt") as bar:
         for batch in batches:
-            got = _tree_logprobs(model, batch, prompts, conts, pad, device, adapter_names)
+            got = _tree_logprobs(model, batch, prompts, conts, pad=pad, device=device, names=adapter_names)
             for i, lp in got.items():
                 out[i] = lp
             bar.update(sum(len(s[1]) for s in batch))
@@ -523,30 +430,25 @@ def continuation_logprobs(
 
 
 def _batches(prompts, conts, adapter_names, batch_size: int) -> list[list[tuple[int, list[int]]]]:
-    """The rows of :func:`_segments` cut into batches of at most ``batch_size`` requests,
-    longest rows first (rows of alike length together: little padding)."""
+    """The rows of :func:`_segments` in batches of at most ``batch_size`` requests, longest first."""
     segments = _segments(prompts, adapter_names, batch_size)
     segments.sort(key=lambda seg: -_row_length(seg, prompts, conts))
-    batches, current, held = [], [], 0
+    batches, held = [], batch_size  # as if a batch were full: the first row opens one
     for seg in segments:
-        if current and held + len(seg[1]) > batch_size:
-            batches.append(current)
-            current, held = [], 0
-        current.append(seg)
+        if held + len(seg[1]) > batch_size:
+            batches.append([])
+            held = 0
+        batches[-1].append(seg)
         held += len(seg[1])
-    if current:
-        batches.append(current)
     return batches
 
 
 def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[int]]]:
     """Requests grouped into rows: ``(shared, [request indices])``, the first ``shared``
-    tokens common to every prompt of the row (0: a row of one request).
-
-    Requests are sorted by adapter and prompt, so prompts that begin alike are neighbours;
-    of the ways to cut that order into runs of at most ``max_items`` sharing at least
-    :data:`SHARED_PREFIX_MIN` tokens, the one that computes the fewest tokens is taken
-    (dynamic programming over the cut points)."""
+    tokens common to every prompt of the row (0: a row of one request). Of the ways to cut
+    the requests, sorted by adapter and prompt, into runs of at most ``max_items`` sharing at
+    least :data:`SHARED_PREFIX_MIN` tokens, the one computing the fewest tokens (dynamic
+    programming over the cut points)."""
     names = adapter_names or [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (names[i], list(prompts[i]), i))
     n = len(order)
@@ -584,26 +486,16 @@ def _segments(prompts, adapter_names, max_items: int) -> list[tuple[int, list[in
 
 
 def _row_length(segment, prompts, conts) -> int:
-    """Tokens a row computes: its shared prefix, then per request the rest of its prompt and
-    every continuation's tokens but the last (an empty continuation computes none)."""
+    """Tokens a row computes: its shared prefix, each request's rest and continuations."""
     shared, idx = segment
-    return shared + sum(_own_length(prompts[i], conts[i], shared) for i in idx)
+    return shared + sum(len(prompts[i]) - shared + sum(max(len(c) - 1, 0) for c in conts[i]) for i in idx)
 
 
-def _own_length(prompt, conts, shared: int) -> int:
-    """Tokens a request computes after a prefix of ``shared`` tokens: the rest of its prompt
-    and every continuation's tokens but the last."""
-    return len(prompt) - shared + sum(max(len(c) - 1, 0) for c in conts)
-
-
-def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> dict[int, list[float]]:
-    """One forward pass for a batch of rows, each row one segment of :func:`_segments`: its
-    shared prefix once, then per request the rest of its prompt and every continuation's
-    tokens but the last, laid side by side. A 4D attention mask lets each request's tokens
-    see the shared prefix and its own earlier tokens only, and a continuation token its
-    request's prompt and its own continuation's earlier tokens (a tree: requests never see
-    each other, nor continuations each other); position ids are each request's own. Only the
-    logits of each request's last prompt position and of its continuation tokens are kept."""
+def _tree_logprobs(model, segments, prompts, conts, *, pad, device, names=None) -> dict[int, list[float]]:
+    """One forward pass for a batch of rows, each one segment of :func:`_segments`: its shared
+    prefix once, then per request the rest of its prompt and every continuation's tokens but
+    the last, under a 4D tree mask (requests never see each other, nor continuations each
+    other), at each request's own positions; only the logits that score are kept."""
     widths = [_row_length(seg, prompts, conts) for seg in segments]
     b, total = len(segments), max(widths)
     ids = torch.full((b, total), pad, dtype=torch.long)
@@ -653,11 +545,8 @@ def _tree_logprobs(model, segments, prompts, conts, pad, device, names=None) -> 
 
 def _continuation_scores(logits, keep, wanted, conts) -> dict[int, list[float]]:
     """Each request's summed log-probability per continuation, from the ``logits`` kept at
-    columns ``keep`` and ``wanted``: request -> (row, {(continuation, token): column}).
-
-    Read for the whole batch at once: the log-softmax of every position read, then every
-    token's log-probability gathered and brought to the host in one copy (not one index,
-    log-softmax and copy per request: on a GPU, a wait per request)."""
+    columns ``keep`` and ``wanted``: request -> (row, {(continuation, token): column}), read
+    for the whole batch at once (one copy to the host)."""
     index = {c: q for q, c in enumerate(keep)}
     places, at = [], {}  # (row, kept column) of each position read; (request, key) -> its place
     for i, (r, where) in wanted.items():
@@ -670,25 +559,17 @@ def _continuation_scores(logits, keep, wanted, conts) -> dict[int, list[float]]:
         for j, x in enumerate(conts[i])
         for k, token in enumerate(x)
     ]
-    got = iter(_gathered_logprobs(logits, places, reads))
-    result = {}
-    for i in wanted:
-        scores = []
-        for x in conts[i]:
-            lp = next(got) if x else 0.0  # an empty continuation (an empty answer): log 1, as vLLM's
-            for _ in x[1:]:
-                lp += next(got)
-            scores.append(lp)
-        result[i] = scores
-    return result
+    got = iter([])
+    if reads:  # one log-softmax per place read, one copy to the host
+        rows, cols = torch.tensor(places, device=logits.device).T
+        logp = torch.log_softmax(logits[rows, cols].float(), -1)
+        at, tokens = torch.tensor(reads, device=logits.device).T
+        got = iter(logp[at, tokens].tolist())
 
+    def summed(x):  # an empty continuation (an empty answer): log 1, as vLLM's
+        lp = next(got) if x else 0.0
+        for _ in x[1:]:
+            lp += next(got)
+        return lp
 
-def _gathered_logprobs(logits, places, reads) -> list[float]:
-    """The log-probability of each ``(place, token)`` of ``reads``, a place being a (row,
-    column) of ``logits``: one log-softmax per place, one copy to the host."""
-    if not reads:
-        return []
-    rows, cols = torch.tensor(places, device=logits.device).T
-    logp = torch.log_softmax(logits[rows, cols].float(), -1)
-    at, tokens = torch.tensor(reads, device=logits.device).T
-    return logp[at, tokens].tolist()
+    return {i: [summed(x) for x in conts[i]] for i in wanted}

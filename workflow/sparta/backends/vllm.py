@@ -1,41 +1,23 @@
 """vLLM backend: one ``vllm.LLM`` per job holds the base; each member is a ``LoRARequest``.
 
-Prompts arrive as token ids, made with the same chat template and tokenizer as for the
-Hugging Face backend, so both see identical inputs, and answers come back as token ids that
-sparta decodes itself (``detokenize=False``).
+Prompts arrive as token ids made as for the Hugging Face backend, and answers come back as
+token ids that sparta decodes itself (``detokenize=False``). Each request has its own seed, so
+a rerun samples the same answers; on vLLM's V2 model runner (the default for every engine
+sparta starts) a row's draws do not depend on its batch, its logits may unless
+``vllm.batch_invariant`` is on. On the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``) seeded rows
+are sampled one by one.
 
-Sampling: each request gets its own seed (derived from the call's seed and the prompt's
-position), so a rerun of the same job samples the same answers. On vLLM's V2 model runner (its
-default where the engine's features allow, and for every engine sparta starts) a seeded request
-costs nothing per row: the sampler draws every row's Gumbel noise in one kernel from the row's
-(seed, position), so the draws of an answer do not depend on what else shares its batch. Its
-logits may: vLLM does not promise the same numbers whatever shares a batch unless its
-batch-invariant mode is on (``vllm.batch_invariant``), so a table may differ between fan-outs.
-On the older V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``) seeded rows are sampled one by one.
+Scoring reads each prompt once: every distinct prefix of the candidates (the prompt, the
+prompt and a candidate's first token, ...) is a one-token request whose top log-probabilities
+(``logprobs``, vLLM's ``max_logprobs``, 20) give the next token of every candidate below it,
+the longer prefixes read from vLLM's prefix cache. A candidate token outside the top ones is
+scored by a request of its own over prompt and candidate (V2: ``prompt_logprob_token_ids``;
+V1: ``prompt_logprobs=1``); ``TREE_SCORING = False`` scores every candidate that way. The
+prompt tokens computed are counted in :attr:`VLLMEngine.scoring_tokens` and the job's log.
 
-Scoring (the judges' expected scores, multiple-choice evaluation) reads each prompt once. The
-candidates of one prompt (a judgment's verdicts ``1"}`` ... ``10"}``, a question's choices)
-share it and often their first tokens: every distinct prefix (the prompt, the prompt and a
-candidate's first token, ...) is one generation request of one token whose top
-log-probabilities (``logprobs``, vLLM's ``max_logprobs``, 20) give the next token of every
-candidate below it. The prompts go first; the longer prefixes then read them from vLLM's
-prefix cache (``vllm.enable_prefix_caching``) and compute only their last block. A candidate
-whose token is not among a prefix's top log-probabilities (improbable, so it moves an expected
-score little, but its number must be right) is scored as before, by a request of its own over
-prompt and candidate: on the V2 runner naming the tokens to score
-(``prompt_logprob_token_ids`` from row ``prompt_logprob_start``), on V1 asking for every
-prompt position's (``prompt_logprobs=1``). Those requests are not read from the prefix cache
-(vLLM skips it for requests that score prompt positions: a cached position is not computed).
-``TREE_SCORING = False`` scores every candidate that way (the earlier path, for comparison).
-The prompt tokens each scoring call computes are counted from vLLM's own per-request counter
-(``num_cached_tokens``) in :attr:`VLLMEngine.scoring_tokens` and the job's log.
-
-vLLM is imported only here. It runs in the GPU environment ``envs/vllm.yaml``, which Snakemake
-builds and activates for every model rule with ``--software-deployment-method conda`` (the
-Slurm profile's default). Before vLLM is imported, its FlashInfer sampler is turned off
-(``VLLM_USE_FLASHINFER_SAMPLER=0``, unless set): its warm-up compiles CUDA code with ``nvcc``,
-which fails on nodes without a matching CUDA toolkit, and sparta never needs it (seeded
-requests never take it).
+vLLM is imported only here, in the GPU environment ``envs/vllm.yaml``, with its FlashInfer
+sampler off (``VLLM_USE_FLASHINFER_SAMPLER=0`` unless set: its warm-up compiles CUDA code with
+``nvcc``, which fails on nodes without a CUDA toolkit; seeded requests never take it).
 """
 
 from __future__ import annotations
@@ -68,14 +50,10 @@ def adapter_config(folder: str) -> dict:
     return json.loads((check_adapter_folder(folder) / "adapter_config.json").read_text())
 
 
-def adapter_rank(folder: str) -> int:
-    """The largest LoRA rank of an adapter: ``r`` and any ``rank_pattern`` override."""
-    return lora_rank(adapter_config(folder))
-
-
 def max_lora_rank(specs) -> int:
-    """The smallest rank vLLM accepts that holds every adapter of ``specs``."""
-    need = max([adapter_rank(s.adapter) for s in specs if s.adapter] or [1])
+    """The smallest rank vLLM accepts that holds every adapter of ``specs`` (their largest
+    ``r`` or ``rank_pattern`` override)."""
+    need = max([lora_rank(adapter_config(s.adapter)) for s in specs if s.adapter] or [1])
     for r in LORA_RANKS:
         if r >= need:
             return r
@@ -83,8 +61,7 @@ def max_lora_rank(specs) -> int:
 
 
 def check_adapters(specs) -> None:
-    """Every adapter of ``specs`` is one vLLM serves (the config check and rule hub_download
-    found the same before any job; this names it again should a file have changed since)."""
+    """Every adapter of ``specs`` is one vLLM serves (checked again: a file may have changed)."""
     problems = [
         f"member {s.name}: {s.adapter}: {p}"
         for s in specs
@@ -97,8 +74,7 @@ def check_adapters(specs) -> None:
 
 def _import_vllm(options: VLLMSettings):
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-    # vLLM's own logging set-up would silence the loggers made before it (the job log would end at
-    # the engine's start): its records go to the job's log through the root logger instead
+    # vLLM's own logging set-up would silence the job log's loggers: its records go through root
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     if options.batch_invariant:
         os.environ.setdefault("VLLM_BATCH_INVARIANT", "1")
@@ -126,10 +102,9 @@ def engine_dtype(dtype: str) -> str:
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
-        # vLLM binds its worker's OpenMP threads to the cores it picks (OMP_NUM_THREADS of its
-        # own); a BLAS thread count inherited from the job (Snakemake sets MKL_NUM_THREADS and
-        # the like to the job's threads) puts more threads than cores on them: on 2 cores the
-        # embedded pool's combat took 5 minutes instead of 7 s. The worker takes vLLM's count.
+        # vLLM binds its worker's OpenMP threads to the cores it picks; a BLAS thread count
+        # inherited from the job (Snakemake sets MKL_NUM_THREADS) oversubscribes them: on 2
+        # cores the embedded pool's combat took 5 minutes instead of 7 s
         for var in BLAS_THREADS:
             os.environ.pop(var, None)
         return "float32" if dtype == "auto" else dtype
@@ -181,11 +156,9 @@ def sampling_params(sampling: Sampling, seed: int, stops: list[int]):
 
 def scoring_params(ids: list[int], start: int, by_token_ids: bool):
     """``vllm.SamplingParams`` for the log-probability of ``ids[start:]`` given
-    ``ids[:start]`` (``start >= 1``; the one generated token is thrown away). ``by_token_ids``
-    (the V2 model runner): ``prompt_logprob_token_ids`` holds one token per scored row, row
-    ``i`` predicting prompt token ``prompt_logprob_start + i + 1``, so the rows start at
-    ``start - 1`` and there are ``len(ids) - start`` of them; otherwise every prompt position's
-    log-probability (``prompt_logprobs``: the prompt's own token always among them)."""
+    ``ids[:start]`` (``start >= 1``). ``by_token_ids`` (V2 runner): one token per scored row
+    in ``prompt_logprob_token_ids``, row i predicting prompt token ``start + i``; otherwise
+    every prompt position's log-probability (``prompt_logprobs``)."""
     from vllm import SamplingParams
 
     if by_token_ids:
@@ -239,9 +212,7 @@ def scoring_tree(members, prompts, conts) -> tuple[list[tuple], list[tuple[int, 
 
 def summed_logprob(output, ids: list[int], start: int) -> float:
     """The log-probability of ``ids[start:]`` given ``ids[:start]``, from a ``RequestOutput``
-    of :func:`scoring_params`: its ``prompt_token_id_logprobs`` (one column, a row per
-    continuation token) or its ``prompt_logprobs`` (per position a dict token id ->
-    ``Logprob``)."""
+    of :func:`scoring_params` (``prompt_token_id_logprobs`` or ``prompt_logprobs``)."""
     scores = getattr(output, "prompt_token_id_logprobs", None)
     if scores is not None:
         return float(np.asarray(scores, dtype=np.float64)[:, 0].sum())
@@ -274,8 +245,7 @@ class VLLMEngine:
         base = local_folder(base)  # a hub id: its snapshot folder in the cache (sparta.hub)
         self.tok = load_tokenizer(base)
         self._ids: dict[str, int] = {}
-        # scoring's prompt tokens: requests, tokens sent, computed (not from the prefix cache), and
-        # the scored prompts' own length once each (what one prefill per prompt computes)
+        # scoring's requests, prompt tokens sent, computed (not cached), and scored prompts' lengths
         self.scoring_tokens = {"requests": 0, "prompt": 0, "computed": 0, "once": 0, "prompts": 0}
         adapters = [s for s in specs if s.adapter]
         check_adapters(adapters)
@@ -372,15 +342,9 @@ class VLLMEngine:
                 result[i][j] = row[0]
         done = {k: self.scoring_tokens[k] - before[k] for k in before}
         log.info(
-            "scored %d continuations of %d prompts: %d requests (%d outside the top %d), %d prompt tokens, "
-            "%d computed (the rest from the prefix cache)",
-            sum(len(row) for row in conts),
-            len(prompts),
-            done["requests"],
-            len(missing),
-            TOP_LOGPROBS,
-            done["prompt"],
-            done["computed"],
+            f"scored {sum(len(row) for row in conts)} continuations of {len(prompts)} prompts: "
+            f"{done['requests']} requests ({len(missing)} outside the top {TOP_LOGPROBS}), "
+            f"{done['prompt']} prompt tokens, {done['computed']} computed (the rest from the prefix cache)"
         )
         return result
 
@@ -444,7 +408,7 @@ class VLLMBackend(Backend):
     def tokenizer(self, spec: MemberSpec):
         return self._engine([spec]).tok
 
-    def generate(self, members, prompts, sampling, seeds, batch_size=8, desc="generate") -> list[Generation]:
+    def generate(self, members, prompts, sampling, seeds, **batching) -> list[Generation]:
         return self._engine(members).generate(members, prompts, sampling, seeds)  # vLLM batches by itself
 
     def continuation_logprobs(self, members, prompts, conts, batch_size=8) -> list[list[float]]:
