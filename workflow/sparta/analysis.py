@@ -173,15 +173,10 @@ def collective_label_accuracy(prefs: pd.DataFrame, duels: pd.DataFrame, kind: st
     """Label accuracy of the pool's preference pairs, overall and per iteration."""
     answers = duels.drop_duplicates("prompt_id").set_index("prompt_id")["answer"]
     labelled = metrics.label_accuracy(prefs, answers, kind)
-    overall = metrics.summarize_label_accuracy(labelled, []).assign(scope="overall")
-    per_iteration = metrics.summarize_label_accuracy(labelled, ["iteration"]).assign(scope="iteration")
-    parts = [overall, per_iteration]
+    parts = _by_scope(labelled, {"overall": [], "iteration": ["iteration"]})
     if "trainee" in labelled and labelled["trainee"].notna().any():  # a baseline: whose pairs
         mine = labelled.dropna(subset=["trainee"]).rename(columns={"trainee": "judge"})
-        parts.append(metrics.summarize_label_accuracy(mine, ["judge"]).assign(scope="trainee"))
-        parts.append(
-            metrics.summarize_label_accuracy(mine, ["iteration", "judge"]).assign(scope="iteration x trainee")
-        )
+        parts += _by_scope(mine, {"trainee": ["judge"], "iteration x trainee": ["iteration", "judge"]})
     parts = [p for p in parts if len(p)]
     if not parts:  # no pairs (e.g. every actor pair under baselines.min_margin)
         return tables.empty("label_accuracy")
@@ -193,15 +188,13 @@ def judges_label_accuracy(
 ) -> pd.DataFrame:
     """Label accuracy of each judge alone, overall and per iteration."""
     per_judge = judge_label_accuracy(judgments, duels, responses, kind)
-    return pd.concat(
-        [
-            metrics.summarize_label_accuracy(per_judge, ["judge"]).assign(scope="judge"),
-            metrics.summarize_label_accuracy(per_judge, ["iteration", "judge"]).assign(
-                scope="iteration x judge"
-            ),
-        ],
-        ignore_index=True,
-    )
+    parts = _by_scope(per_judge, {"judge": ["judge"], "iteration x judge": ["iteration", "judge"]})
+    return pd.concat(parts, ignore_index=True)
+
+
+def _by_scope(labelled: pd.DataFrame, scopes: dict[str, list[str]]) -> list[pd.DataFrame]:
+    """The label accuracy of ``labelled`` per scope, grouped by that scope's columns."""
+    return [metrics.summarize_label_accuracy(labelled, by).assign(scope=s) for s, by in scopes.items()]
 
 
 def reward_hacking(prefs: pd.DataFrame) -> pd.DataFrame:
@@ -229,12 +222,7 @@ def reward_hacking(prefs: pd.DataFrame) -> pd.DataFrame:
                     }
                 )
             rows.append(row)
-    columns = ["iteration", "family", "pairs"] + [
-        f"{side}_{x}"
-        for side in ("chosen", "rejected")
-        for x in ("flagged", "share", "share_low", "share_high")
-    ]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=tables.columns("reward_hacking"))
 
 
 PAIR_KIND = {"score": "actor", "meta": "judge"}

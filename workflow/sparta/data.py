@@ -100,11 +100,9 @@ def _read_table(path: str | Path, what: str, key: str) -> tuple[pd.DataFrame, li
                 raise PromptFileError(f"{what} {path} is not UTF-8 text ({why})") from None
             lines = suffix != ".json"
             records = _json_records(text, path, what, lines)
-            if lines:
-                df = pd.read_json(io.StringIO(text), lines=True) if text.strip() else pd.DataFrame()
-            else:
-                df = pd.read_json(io.StringIO(text))
-            return df, records
+            if lines and not text.strip():
+                return pd.DataFrame(), records
+            return pd.read_json(io.StringIO(text), lines=lines), records
         if suffix == ".csv":
             return (pd.read_csv(path, encoding="utf-8-sig") if path.stat().st_size else pd.DataFrame()), None
         if suffix == ".parquet":
@@ -373,44 +371,39 @@ def _problem(domain: str, rng: random.Random, wide: bool = False) -> tuple[str, 
         name, thing = rng.choice(NAMES), rng.choice(THINGS)
         if rng.random() < 0.5:
             q = f"{name} has {a} {thing} and gets {b} more. How many {thing} does {name} have now?"
-            return (
-                q,
-                a + b,
-                f"{name} starts with {a} and gets {b} more, so {a} + {b} = {a + b}. The answer is {a + b}.",
-            )
+            how = f"{name} starts with {a} and gets {b} more, so {a} + {b} = {a + b}."
+            return q, a + b, f"{how} The answer is {a + b}."
         a, b = max(a, b) + min(a, b), min(a, b)
         q = f"{name} has {a} {thing} and gives away {b}. How many {thing} does {name} have left?"
-        return (
-            q,
-            a - b,
-            f"{name} starts with {a} and gives away {b}, so {a} - {b} = {a - b}. The answer is {a - b}.",
-        )
+        how = f"{name} starts with {a} and gives away {b}, so {a} - {b} = {a - b}."
+        return q, a - b, f"{how} The answer is {a - b}."
     raise ValueError(f"unknown domain {domain!r}; known: {DOMAINS}")
 
 
-def arithmetic_prompts(n: int, seed: int, wide: bool = False) -> pd.DataFrame:
-    rng = random.Random(seed)
+def _distinct_prompts(n: int, what: str, prefix: str, make) -> pd.DataFrame:
+    """``n`` distinct prompts of the four domains in turn, ``make(domain)`` giving each row."""
     rows, seen = [], set()
     for _ in range(100 * n):
         if len(rows) == n:
             break
-        domain = DOMAINS[len(rows) % len(DOMAINS)]
-        q, ans, solution = _problem(domain, rng, wide)
-        if q in seen:
+        row = make(DOMAINS[len(rows) % len(DOMAINS)])
+        if row["prompt"] in seen:
             continue
-        seen.add(q)
-        rows.append(
-            {
-                "prompt_id": f"arith-{len(rows):04d}",
-                "prompt": q,
-                "answer": str(ans),
-                "domain": domain,
-                "solution": solution,
-            }
-        )
+        seen.add(row["prompt"])
+        rows.append({"prompt_id": f"{prefix}-{len(rows):04d}", **row})
     if len(rows) < n:
-        raise ValueError(f"could only make {len(rows)} distinct arithmetic prompts, asked for {n}")
+        raise ValueError(f"could only make {len(rows)} distinct {what} prompts, asked for {n}")
     return pd.DataFrame(rows)
+
+
+def arithmetic_prompts(n: int, seed: int, wide: bool = False) -> pd.DataFrame:
+    rng = random.Random(seed)
+
+    def make(domain):
+        q, ans, solution = _problem(domain, rng, wide)
+        return {"prompt": q, "answer": str(ans), "domain": domain, "solution": solution}
+
+    return _distinct_prompts(n, "arithmetic", "arith", make)
 
 
 REWORDED = {
@@ -444,29 +437,14 @@ def reworded_prompts(n: int, seed: int) -> pd.DataFrame:
     """``n`` distinct problems of the four domains in turn, each through one of its
     :data:`REWORDED` templates, with the numbers of the wide problems (``_problem``'s)."""
     rng = random.Random(f"{seed}-reworded")
-    rows, seen = [], set()
-    for _ in range(100 * n):
-        if len(rows) == n:
-            break
-        domain = DOMAINS[len(rows) % len(DOMAINS)]
+
+    def make(domain):
         k = rng.randrange(len(REWORDED[domain]))
         a, b = _operands(domain, k, rng)
-        question = REWORDED[domain][k].format(a=a, b=b)
-        if question in seen:
-            continue
-        seen.add(question)
         answer = a * b if domain == "multiplication" else a + b if _adds(domain, k) else a - b
-        rows.append(
-            {
-                "prompt_id": f"reword-{len(rows):04d}",
-                "prompt": question,
-                "answer": str(answer),
-                "domain": domain,
-            }
-        )
-    if len(rows) < n:
-        raise ValueError(f"could only make {len(rows)} distinct reworded prompts, asked for {n}")
-    return pd.DataFrame(rows)
+        return {"prompt": REWORDED[domain][k].format(a=a, b=b), "answer": str(answer), "domain": domain}
+
+    return _distinct_prompts(n, "reworded", "reword", make)
 
 
 def _adds(domain: str, k: int) -> bool:

@@ -266,13 +266,6 @@ def local(value: str | None, manifest: str | os.PathLike | None = None) -> str |
     return str(folder)
 
 
-def repo_name(value: str) -> str | None:
-    """``org/name`` of a hub id, ``hf://org/name[@rev]`` or plain ``org/name``; else None."""
-    if is_ref(value):
-        return parse(value).repo
-    return None
-
-
 # --- datasets (rule hub_dataset) -------------------------------------------------------------
 
 
