@@ -140,16 +140,22 @@ def _candidate_logprobs(
     (pointwise) or of the positions (pairwise), so the mapping back is by position."""
     pairs = cfg.format == "pairwise"
     public = ('A"}', 'B"}') if pairs else tuple(f"{s}{rubric.candidate_suffix}" for s in rubric.points)
-    prepared = [
-        candidate_ids(
-            [
-                chat_ids(judge.tok, user, system, prefix + c, plain=cfg.plain_text)
-                for c in (public if labels is None else [f'{x}"}}' for x in labels])
-            ]
-        )
+    asked = [
+        (user, [prefix + c for c in (public if labels is None else [f'{x}"}}' for x in labels])])
         for (user, _, _), labels in zip(built, duel_labels)
     ]
-    return judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], cfg.batch_size)
+    return _logprobs(judge, asked, system, cfg.batch_size, cfg.plain_text)[0]
+
+
+def _logprobs(judge, asked: list[tuple], system, batch_size: int, plain: bool = True) -> tuple[list, list]:
+    """The log-probability of each candidate start of the answer after each (user message,
+    candidates) of ``asked``, and the prompt tokens each request read."""
+    prepared = [
+        candidate_ids([chat_ids(judge.tok, u, system, c, plain=plain) for c in cs]) for u, cs in asked
+    ]
+    prompts = [p for p, _ in prepared]
+    logps = judge.continuation_logprobs(prompts, [c for _, c in prepared], batch_size) if prompts else []
+    return logps, [len(p) for p in prompts]
 
 
 def _expected_pair(logps: list, cut: list, labels: list, pairs: bool, rubric) -> tuple[Judgment, Judgment]:
@@ -231,19 +237,12 @@ def meta_judge(judge, users: list[str], pairs: list[tuple[str, str]], cfg: Judge
     (judge instruction, (first, second)) shown in this order, (P(the judgment shown first is
     better), prompt tokens read); P is None where it is not finite. Compare two judgments in
     both orders by passing both (first, second) and (second, first)."""
-    prompts, conts, read = [], [], []
+    asked = []
     for user, pair_ in zip(users, pairs):
         first, second = (fence(x) if cfg.fence else x for x in pair_)
         text = META_PROMPT.format(user=user, a=first, b=second)
-        full = [
-            chat_ids(judge.tok, text, system, PAIRWISE_PREFIX + c, plain=cfg.plain_text)
-            for c in ('A"}', 'B"}')
-        ]
-        p, c = candidate_ids(full)
-        prompts.append(p)
-        conts.append(c)
-        read.append(len(p))
-    logps = judge.continuation_logprobs(prompts, conts, cfg.batch_size) if prompts else []
+        asked.append((text, [PAIRWISE_PREFIX + c for c in ('A"}', 'B"}')]))
+    logps, read = _logprobs(judge, asked, system, cfg.batch_size, cfg.plain_text)
     return [(_expectation(lp, (1.0, 0.0))[0], n) for lp, n in zip(logps, read)]
 
 
@@ -272,13 +271,8 @@ def _flag(j: Judgment, sanitized: bool, tokens: int, generated: int = 0) -> Judg
 
 def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):
     """Expected score of free-form judge prompts (e.g. against a reference answer)."""
-    tok = judge.tok
-    prepared = [
-        candidate_ids([chat_ids(tok, u, system, ASSISTANT_PREFIX + f"{s}}}") for s in scores])
-        for u in user_texts
-    ]
-    logps = judge.continuation_logprobs([p for p, _ in prepared], [c for _, c in prepared], batch_size)
-    return [expectation(lp, False, tuple(scores)) for lp in logps]
+    asked = [(u, [ASSISTANT_PREFIX + f"{s}}}" for s in scores]) for u in user_texts]
+    return [expectation(lp, False, tuple(scores)) for lp in _logprobs(judge, asked, system, batch_size)[0]]
 
 
 # --- the reference judge -----------------------------------------------------------------------
