@@ -43,10 +43,7 @@ def chat_ids(
     if not plain:
         return tok(chat_text(tok, user, system, assistant_prefix), add_special_tokens=False)["input_ids"]
     contents = {_SLOT.format(0): system, _SLOT.format(1): user}
-    messages = ([{"role": "system", "content": _SLOT.format(0)}] if system else []) + [
-        {"role": "user", "content": _SLOT.format(1)}
-    ]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + assistant_prefix
+    text = chat_text(tok, _SLOT.format(1), system and _SLOT.format(0), assistant_prefix)
     ids: list[int] = []
     for part in re.split("(" + "|".join(map(re.escape, contents)) + ")", text):
         if part in contents:

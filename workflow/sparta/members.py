@@ -115,12 +115,9 @@ class MemberSpec:
         os.replace(tmp, path)
 
 
-def local_folder(path: str | os.PathLike) -> str | os.PathLike:
-    """A folder as a local path: an ``hf://`` hub id becomes its snapshot folder in the Hugging
-    Face cache, at the commit the hub manifest recorded (sparta.hub.local; never the network)."""
-    if isinstance(path, str) and path.startswith("hf://"):
-        return local(path)
-    return path
+local_folder = local
+"""A folder as a local path: an ``hf://`` hub id becomes its snapshot folder in the Hugging
+Face cache, at the commit the hub manifest recorded (sparta.hub.local; never the network)."""
 
 
 def check_model_folder(path: str | os.PathLike, what: str = "model") -> Path:

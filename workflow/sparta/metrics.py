@@ -124,12 +124,10 @@ def label_accuracy(prefs: pd.DataFrame, answers: pd.Series, kind: str = "number"
     if len(prefs) == 0:
         return prefs.assign(chosen_right=[], rejected_right=[], label=[])
     ans = prefs["prompt_id"].map(answers)
-    chosen = [
-        a is not None and not pd.isna(a) and exact_match(c, a, kind) for c, a in zip(prefs["chosen"], ans)
-    ]
-    rejected = [
-        a is not None and not pd.isna(a) and exact_match(r, a, kind) for r, a in zip(prefs["rejected"], ans)
-    ]
+    chosen, rejected = (
+        [a is not None and not pd.isna(a) and exact_match(y, a, kind) for y, a in zip(prefs[side], ans)]
+        for side in ("chosen", "rejected")
+    )
     label = [
         "correct" if c and not r else "wrong" if r and not c else "both right" if c else "both wrong"
         for c, r in zip(chosen, rejected)

@@ -461,9 +461,9 @@ def to_arrow(df: pd.DataFrame, kind: str) -> pa.Table:
 
 
 def write(df: pd.DataFrame, path: str | os.PathLike, kind: str) -> None:
-    """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``. Columns of
-    the schema missing from an analysis or evaluation frame are written as nulls. The file
-    gets the permissions of any new file (the umask), so colleagues can read a shared run."""
+    """Cast ``df`` to the schema of ``kind`` and write it atomically to ``path``
+    (:func:`write_atomic`). Columns of the schema missing from an analysis or evaluation frame
+    are written as nulls."""
     if kind in OPTIONAL_COLUMNS_OK:
         df = df.reindex(columns=_schema(kind).names)
     table = to_arrow(df, kind)

@@ -33,15 +33,10 @@ class SPIN(Method):
         text = dict(zip(responses["duel_id"], responses["response"]))
         pairs = []
         for d in duels.itertuples(index=False):
-            reference, own = d.reference, text.get(d.duel_id)
-            if (
-                reference is None
-                or pd.isna(reference)
-                or own is None
-                or own.strip() == str(reference).strip()
-            ):
+            own = text.get(d.duel_id)
+            if pd.isna(d.reference) or own is None or own.strip() == str(d.reference).strip():
                 continue
-            pairs.append(pair(d, d.member_a, str(reference), own, float("nan"), float("nan")))
+            pairs.append(pair(d, d.member_a, str(d.reference), own, float("nan"), float("nan")))
         return pairs
 
     def trained_iterations(self, t: int, baselines) -> list[int]:

@@ -116,17 +116,15 @@ def _tallied(asked: list[tuple], judged: list) -> tuple[dict, dict, dict, dict, 
     beats, failed, cut, tokens, requests = {}, {}, {}, {}, {}
     for k in range(0, len(asked), 2):
         _, duel, member, (i, j), _ = asked[k]
-        score = judged[k].score
-        beats.setdefault((member, duel), {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
+        key, score = (member, duel), judged[k].score
+        beats.setdefault(key, {})[(i, j)] = 0.5 if score is None else (score - 1) / 9
         if score is None:
-            failed.setdefault((member, duel), {})[(i, j)] = judged[k].error or "no usable verdict"
+            failed.setdefault(key, {})[(i, j)] = judged[k].error or "no usable verdict"
         if judged[k].truncated or judged[k + 1].truncated:
-            cut.setdefault((member, duel), set()).add((i, j))
-        tokens[(member, duel)] = tokens.get((member, duel), 0) + judged[k].tokens + judged[k + 1].tokens
+            cut.setdefault(key, set()).add((i, j))
+        tokens[key] = tokens.get(key, 0) + judged[k].tokens + judged[k + 1].tokens
         # a comparison asked in both orders: 2 requests (none for the reference judge)
-        requests[(member, duel)] = (
-            requests.get((member, duel), 0) + judged[k].requests + judged[k + 1].requests
-        )
+        requests[key] = requests.get(key, 0) + judged[k].requests + judged[k + 1].requests
     return beats, failed, cut, tokens, requests
 
 
