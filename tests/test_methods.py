@@ -9,11 +9,24 @@ import pandas as pd
 import pytest
 
 from sparta import analysis, compare, tables
-from sparta.methods import Round, baseline_pairs, best_and_worst, meta_rewarding, self_duels, win_rates
+from sparta.methods import Round, best_and_worst, get, meta_rewarding, self_duels, win_rates
 from sparta.methods import sppo as sppo_module
+from sparta.settings import BaselineSettings
 from sparta.study import expand
 
 from .workflow_helpers import REPO, tiny_config
+
+
+def baseline_pairs(method, duels, responses, judgments, length_control=None, min_margin=0.0, **others):
+    """A baseline's pairs of a round with these settings (``others``: more of
+    :class:`~sparta.settings.BaselineSettings` by name; the rest at their defaults)."""
+    settings = BaselineSettings(length_control=length_control, min_margin=min_margin, **others)
+    assert get(method).baseline, method
+    return get(method).pairs(duels, responses, judgments, settings)
+
+
+def trained_iterations(method: str, t: int, spin_history: int) -> list[int]:
+    return get(method).trained_iterations(t, BaselineSettings(spin_history=spin_history))
 
 
 def duel_rows(member="ann", prompts=("What is 2 + 2?",), reference=None, iteration=1):
@@ -528,7 +541,6 @@ def test_spin_trains_on_the_current_and_the_previous_iteration():
     """Iteration 1: "ref a" over "mine 1"; iteration 2: "ref a" over "mine 2". With history 2
     the member trains at the end of iteration 2 on both pairs (SPIN's recipe), with history 1
     on iteration 2's alone; iteration 1 has no previous one."""
-    from sparta.methods import trained_iterations
     from sparta.train import pairs_of
 
     assert trained_iterations("spin", 1, 2) == [1] and trained_iterations("spin", 2, 2) == [1, 2]

@@ -11,11 +11,6 @@ table has one row per (member, prompt), the member against itself (``member_a = 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import pandas as pd
-
-from ..settings import BaselineSettings
 from .base import JudgeRun, Method, Round, best_and_worst, mean_judgment, self_duels
 from .meta_rewarding import MetaRewarding, meta_judge_pairs
 from .self_rewarding import SelfRewarding
@@ -34,14 +29,12 @@ __all__ = [
     "JudgeRun",
     "Method",
     "Round",
-    "baseline_pairs",
     "best_and_worst",
     "get",
     "mean_judgment",
     "meta_judge_pairs",
     "samples_per_prompt",
     "self_duels",
-    "trained_iterations",
     "win_rates",
 ]
 
@@ -58,31 +51,6 @@ def samples_per_prompt(method: str, samples: int | None) -> int:
     """Answers a member gives each prompt: two combatants answer once in Sparta; a baseline
     member answers ``samples`` times (None: the method's default, SPPO 5), SPIN once."""
     return get(method).samples(samples)
-
-
-def trained_iterations(method: str, t: int, spin_history: int = 1) -> list[int]:
-    """The iterations whose pairs the members train on at the end of iteration ``t``: ``t``
-    alone, or for SPIN the last ``spin_history`` iterations up to ``t``."""
-    return get(method).trained_iterations(t, BaselineSettings(spin_history=spin_history))
-
-
-def baseline_pairs(
-    method: str,
-    duels,
-    responses,
-    judgments,
-    length_control: float | tuple[float, ...] | None = None,
-    min_margin: float = 0.0,
-    **others,
-) -> pd.DataFrame:
-    """A baseline's pairs of a round with these settings (``others``: more of
-    :class:`~sparta.settings.BaselineSettings` by name; the rest at their defaults)."""
-    m = get(method)
-    if not m.baseline:
-        baselines = tuple(name for name, b in REGISTRY.items() if b.baseline)
-        raise ValueError(f"{method} is not a baseline; baselines: {baselines}")
-    settings = replace(BaselineSettings(), length_control=length_control, min_margin=min_margin, **others)
-    return m.pairs(duels, responses, judgments, settings)
 
 
 def problems(settings, root, notes: list[str]) -> list[str]:
