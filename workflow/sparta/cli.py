@@ -1,12 +1,5 @@
-"""`sparta`: inspect a run, finished or in progress.
-
-    sparta pairs results/default/iter_1 [--member M] [--min-margin X] [--min-disagreement X] [--trl OUT]
-    sparta standings results/default
-    sparta show t01-00003 [--run results/default]
-    sparta config [--configfile my.yaml ...]
-    sparta export results/default --member adder [--iteration 2 | --best arithmetic] [--merge] OUT
-        [--base FOLDER] [--base-id ORG/NAME] [--dtype D] [--push ORG/NAME]
-    sparta compare results/<study>
+"""`sparta`: inspect a run, finished or in progress (pairs, standings, show, config, export,
+compare; docs/reference/cli.md is generated from :func:`parser`).
 
 Every command prints a text table, or JSON with --json. A bad path or a missing iteration
 gives a one-line error and exit status 2.
@@ -82,6 +75,10 @@ def disagreement(prefs: pd.DataFrame, judgments: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=prefs.index)
 
 
+PAIR_COLUMNS = ["duel_id", "prompt", "chosen_member", "rejected_member", "chosen_score", "rejected_score"]
+PAIR_COLUMNS += ["margin", "disagreement", "chosen", "rejected"]
+
+
 def cmd_pairs(args) -> pd.DataFrame:
     folder = _iteration_dir(args.iteration_dir)
     merged = folder / "preferences.parquet"
@@ -109,22 +106,10 @@ def cmd_pairs(args) -> pd.DataFrame:
         prefs = prefs[prefs["margin"] <= args.max_margin]
     if args.min_disagreement is not None:
         prefs = prefs[prefs["disagreement"] >= args.min_disagreement]
-    cols = [
-        "duel_id",
-        "prompt",
-        "chosen_member",
-        "rejected_member",
-        "chosen_score",
-        "rejected_score",
-        "margin",
-        "disagreement",
-        "chosen",
-        "rejected",
-    ]
     prefs = prefs.head(args.limit) if args.limit else prefs
     if args.trl:
         write_trl_pairs(prefs, folder.parent, args.trl)
-    return prefs[cols]
+    return prefs[PAIR_COLUMNS]
 
 
 def write_trl_pairs(prefs: pd.DataFrame, run: Path, out: str | Path) -> Path:
@@ -263,21 +248,9 @@ def cmd_compare(args):
 def cmd_export(args) -> dict:
     from .export import ExportError, export  # huggingface_hub, and torch for a merge
 
+    names = ("member", "iteration", "best", "merge", "base_id", "dtype", "max_shard_size", "private", "base")
     try:
-        return export(
-            args.run,
-            args.out,
-            member=args.member,
-            iteration=args.iteration,
-            best=args.best,
-            merge=args.merge,
-            base_id=args.base_id,
-            dtype=args.dtype,
-            max_shard_size=args.max_shard_size,
-            push_to=args.push,
-            private=args.private,
-            base=args.base,
-        )
+        return export(args.run, args.out, push_to=args.push, **{k: getattr(args, k) for k in names})
     except ExportError as e:
         raise CLIError(str(e)) from None
 

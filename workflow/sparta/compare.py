@@ -444,44 +444,36 @@ def format_table(table: pd.DataFrame) -> str:
         n_items, n_seeds = int(g["items"].max()), int(g["seeds"].max())
         modes = sorted({m for v in g["select_from"].dropna() for m in v.split(",")} - {"initial"})
         lines.append(f"task {task} (test items per seed: {n_items}, seeds: {n_seeds})")
-        for m in modes:
-            lines.append(f"  selection ({m}): {SELECTION_WORDS.get(m, m)}")
+        lines += [f"  selection ({m}): {SELECTION_WORDS.get(m, m)}" for m in modes]
         lines.append(f"{'experiment':<22}{'test':>16}{'vs best init':>30}{'vs sparta':>30}")
         for r in g.itertuples(index=False):
             sd = "" if np.isnan(r.test_sd) else f" ± {r.test_sd:.3f}"
             cells = [_cell(r, name) for name in COMPARISONS]
             lines.append(f"{r.experiment:<22}{r.test:>10.3f}{sd:<6}{cells[0]:>30}{cells[1]:>30}")
-        lines.append(
+        lines += [
             "  brackets: 95% paired bootstrap over test items, stratified by seed (items resampled "
-            "within each seed), not Holm-adjusted (only the p behind * is):"
-        )
-        lines.append(
+            "within each seed), not Holm-adjusted (only the p behind * is):",
             "  conditional on these training runs: how sure these test items make us about these "
-            "runs, not what a new training run would give."
-        )
-        lines.append(
+            "runs, not what a new training run would give.",
             f"  *: Holm-adjusted p < {ALPHA:g} (exact paired sign-flip test, stratified by seed). "
-            f"Holm family: {family} comparison{'s' * (family != 1)}"
-        )
-        lines.append(
+            f"Holm family: {family} comparison{'s' * (family != 1)}",
             "  (each experiment vs its own best init and vs sparta, every task; a comparison and its "
-            "mirror once; a pool's own best init is not compared with sparta)."
-        )
-        lines.append("")
-        lines.extend(_per_seed_lines(g))
+            "mirror once; a pool's own best init is not compared with sparta).",
+            "",
+            *_per_seed_lines(g),
+        ]
         if g[[f"{n}_seed_low" for n in COMPARISONS]].notna().any().any():
-            lines.append("")
-            lines.append(
+            lines += [
+                "",
                 "  seed-level 95% t interval (n - 1 df) over the seeds' differences: what a new "
-                "training run would give (brackets not Holm-adjusted; * the Holm-adjusted p)"
-            )
-            lines.append(f"  {'experiment':<20}{'vs best init':>30}{'vs sparta':>30}")
+                "training run would give (brackets not Holm-adjusted; * the Holm-adjusted p)",
+                f"  {'experiment':<20}{'vs best init':>30}{'vs sparta':>30}",
+            ]
             for r in g.itertuples(index=False):
                 cells = [_cell(r, name, "_seed") for name in COMPARISONS]
                 if any(cells):
                     lines.append(f"  {r.experiment:<20}{cells[0]:>30}{cells[1]:>30}")
-        lines.extend(_mde_lines(g, n_items, n_seeds, family))
-        lines.append("")
+        lines += [*_mde_lines(g, n_items, n_seeds, family), ""]
     return "\n".join(lines)
 
 

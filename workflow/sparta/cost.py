@@ -27,23 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import workload
 from .config import ConfigError, read_config_files, validate
 from .settings import Settings, SettingsError
 from .study import expand
-from .workload import (
-    CHARS_PER_TOKEN,
-    CHAT_TEMPLATE_TOKENS,
-    DEFAULT_PROMPT_TOKENS,
-    GENERATING,
-    Assumptions,
-    Tokens,
-    dpo,
-    evaluated,
-    evaluation,
-    lengths,
-    prompts_per_iteration,
-    task_size,
-)
+from .workload import GENERATING, Assumptions, Tokens
 
 
 class CostError(ValueError):
@@ -73,12 +61,8 @@ RATES_FILE = Path(__file__).with_name("rates.csv")
 commit in its source) or assumed; ``docs/guides/paper.md`` prints it."""
 
 
-def read_rates(path: Path = RATES_FILE) -> tuple[Rate, ...]:
-    with open(path, newline="") as f:
-        return tuple(Rate(**{**row, "tokens_per_s": float(row["tokens_per_s"])}) for row in csv.DictReader(f))
-
-
-RATES: tuple[Rate, ...] = read_rates()
+with open(RATES_FILE, newline="") as _f:
+    RATES = tuple(Rate(**{**row, "tokens_per_s": float(row["tokens_per_s"])}) for row in csv.DictReader(_f))
 
 DEVICES = tuple(dict.fromkeys(r.device for r in RATES))
 SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)([mb])(?![a-z0-9])", re.I)
@@ -126,12 +110,8 @@ class RunCost:
     def hours(self, tokens: Tokens) -> float:
         """GPU-hours of ``tokens`` at this run's rates."""
         r = self.rates
-        seconds = (
-            tokens.read / r["read"].tokens_per_s
-            + tokens.generated / r["decode"].tokens_per_s
-            + tokens.trained / r["train"].tokens_per_s
-        )
-        return seconds / 3600
+        seconds = tokens.read / r["read"].tokens_per_s + tokens.generated / r["decode"].tokens_per_s
+        return (seconds + tokens.trained / r["train"].tokens_per_s) / 3600
 
     def total(self, stage: str | None = None) -> Tokens:
         """Tokens of one stage, or of the whole run, over every iteration."""
@@ -159,18 +139,18 @@ def size_class(s: Settings, a: Assumptions) -> tuple[str, str]:
 def run_cost(run: str, s: Settings, a: Assumptions, iterations: bool = True, initial: bool = True) -> RunCost:
     """The cost of one run: its iterations (``iterations``) and the initial pool's evaluation
     (``initial``; a study's shared initial pool is a run of its own)."""
-    n = lengths(s, a)
-    p = prompts_per_iteration(s, n)
-    tasks = [task_size(t, s, n, a) for t in s.evaluation.tasks]
+    n = workload.lengths(s, a)
+    p = workload.prompts_per_iteration(s, n)
+    tasks = [workload.task_size(t, s, n, a) for t in s.evaluation.tasks]
     stages: dict[str, dict[int, Tokens]] = {}
     if iterations:
         for name, fn in GENERATING[s.method]:
             stages[name] = {t: fn(s, n, p) for t in range(1, s.iterations + 1)}
         stages["aggregation"] = {t: Tokens() for t in range(1, s.iterations + 1)}
-        stages["DPO training"] = {t: dpo(s, n, p, t) for t in range(1, s.iterations + 1)}
-    checkpoints = [t for t in evaluated(s) if (t == 0 and initial) or (t > 0 and iterations)]
+        stages["DPO training"] = {t: workload.dpo(s, n, p, t) for t in range(1, s.iterations + 1)}
+    checkpoints = [t for t in workload.evaluated(s) if (t == 0 and initial) or (t > 0 and iterations)]
     if checkpoints:
-        stages["evaluation"] = {t: evaluation(s, n, tasks, a) for t in checkpoints}
+        stages["evaluation"] = {t: workload.evaluation(s, n, tasks, a) for t in checkpoints}
     size, why = size_class(s, a)
     rates = {
         k: rate(k, size, "trl" if k == "train" else s.backend, a.device) for k in ("read", "decode", "train")
@@ -245,8 +225,8 @@ def assumption_lines(runs: Sequence[RunCost], a: Assumptions) -> list[str]:
     lines = [
         f"answers and judgments run to {a.fill:g} x their max_new_tokens; every duel (or prompt) "
         "makes a pair; meta-rewarding re-judges an answer of every prompt and member: upper bounds",
-        f"prompt text at about {CHARS_PER_TOKEN} characters a token; the chat template adds "
-        f"{CHAT_TEMPLATE_TOKENS} tokens and the system prompt; judge prompts' own text measured "
+        f"prompt text at about {workload.CHARS_PER_TOKEN} characters a token; the chat template adds "
+        f"{workload.CHAT_TEMPLATE_TOKENS} tokens and the system prompt; judge prompts' own text measured "
         "the same way",
         "expected-mode judging reads its prompt once (a few candidate tokens are not counted); "
         "prefix caching is not credited",
@@ -372,7 +352,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--prompt-tokens",
         type=int,
-        default=DEFAULT_PROMPT_TOKENS,
+        default=workload.DEFAULT_PROMPT_TOKENS,
         help="tokens of a prompt whose file is not on disk",
     )
     parser.add_argument(

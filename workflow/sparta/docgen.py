@@ -298,17 +298,8 @@ def _table_comments() -> tuple[dict, dict, dict, dict]:
 def _files() -> dict[str, list[str]]:
     """Where each kind of table is written, from :mod:`sparta.layout`."""
     run, t, r, c, m = "<run>", "<t>", "<r>", "<c>", "<member>"
-    analysis = (
-        "diversity",
-        "lengths",
-        "label_accuracy",
-        "judge_label_accuracy",
-        "reputation_vs_performance",
-        "standings",
-        "reward_hacking",
-        "training",
-        "judging",
-    )
+    analysis = ["diversity", "lengths", "label_accuracy", "judge_label_accuracy", "reputation_vs_performance"]
+    analysis += ["standings", "reward_hacking", "training", "judging"]
     return {
         "prompts": [L.data(run, "<split>")],
         "duels": [L.round_table(run, t, r, "duels")],

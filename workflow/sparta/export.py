@@ -108,32 +108,6 @@ def given_base(value: str) -> str:
     raise ExportError(f"--base {value}: no such folder, and not a hub id (ORG/NAME)")
 
 
-def _with_files(run: Path, name: str, checkpoint: int, spec: MemberSpec, base: str | None) -> MemberSpec:
-    """``spec`` with its base found (or ``base``, given), after checking its adapter is there."""
-    member_json = layout.RunFolder(run).member_json(checkpoint, name)
-    adapter = spec.adapter
-    if (
-        adapter is not None
-        and not hub.is_ref(adapter)
-        and not (Path(adapter) / "adapter_config.json").is_file()
-    ):
-        gone = "is gone" if not Path(adapter).exists() else "holds no adapter_config.json"
-        raise ExportError(
-            f"the adapter of {name} at iteration {checkpoint}, {adapter}, {gone} ({member_json} "
-            "names it): copy it back from the original run, or export another checkpoint"
-        )
-    if base is not None:
-        return MemberSpec(spec.name, given_base(base), adapter)
-    found = find_base(run, spec.base)
-    if found is None:
-        raise ExportError(
-            f"the base of {name}, {spec.base} ({member_json} names it), is not there, nor in a "
-            f"_bases/ or results/_bases/ folder in or above {run}: name it with --base FOLDER "
-            "(or --base ORG/NAME, a hub model)"
-        )
-    return MemberSpec(spec.name, found, adapter)
-
-
 # --- what the folder records about its base --------------------------------------------------
 
 
@@ -147,42 +121,12 @@ def folder_digest(folder: str | os.PathLike) -> str:
         rel = f.relative_to(folder)
         if not f.is_file() or any(part.startswith(".") for part in rel.parts):
             continue
-        h = hashlib.sha256()
         with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        lines.append(f"{rel.as_posix()}\0{h.hexdigest()}\n")
+            lines.append(f"{rel.as_posix()}\0{hashlib.file_digest(fh, 'sha256').hexdigest()}\n")
     return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 # --- writing the folder ----------------------------------------------------------------------
-
-
-def merge_dtype(run: Path, dtype: str | None):
-    """The dtype of a merged export: ``dtype``, or the run's (settings.yaml), resolved as
-    sparta resolves it on this machine (auto: bf16 on a GPU that has it, fp32 on CPU)."""
-    import torch
-
-    from .models import pick_device, pick_dtype
-
-    settings = run_settings(run)
-    device = pick_device(settings.get("device", "auto"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        device = torch.device("cpu")
-    return pick_dtype(dtype or settings.get("dtype", "auto"), device)
-
-
-def merge_into_base(base: str, adapter: str | None, dtype):
-    """The base with the adapter merged into its weights in place (PEFT's merge_and_unload):
-    one copy of the weights in memory, on CPU."""
-    from .models import load_base, pick_device
-
-    model = load_base(base, pick_device("cpu"), dtype)
-    if adapter is not None:
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
-    return model
 
 
 @contextlib.contextmanager
@@ -248,41 +192,49 @@ def _chosen(
     """The member and checkpoint to export (:func:`choose`) and its spec, its adapter checked
     and its base found (or ``base``, given); a base alone only merged."""
     name, checkpoint = choose(run, member, iteration, best)
-    spec = MemberSpec.read(layout.RunFolder(run).member_json(checkpoint, name))
-    if not merge and spec.adapter is None:
+    member_json = layout.RunFolder(run).member_json(checkpoint, name)
+    spec = MemberSpec.read(member_json)
+    adapter = spec.adapter
+    if not merge and adapter is None:
         raise ExportError(f"{name} at iteration {checkpoint} is its base alone (no adapter): use --merge")
-    return name, checkpoint, _with_files(run, name, checkpoint, spec, base)
-
-
-def _local_folders(run: Path, spec: MemberSpec) -> tuple[str, str | None]:
-    """The base's and the adapter's folders on this machine: an hf:// id's snapshot folder in
-    the Hugging Face cache, at the run's manifest commit (a one-line error when it is not there)."""
-    manifest = hub.find_manifest(run)
-    try:
-        return hub.local(spec.base, manifest), hub.local(spec.adapter, manifest)
-    except hub.HubError as e:
-        raise ExportError(str(e)) from None
+    if (
+        adapter is not None
+        and not hub.is_ref(adapter)
+        and not (Path(adapter) / "adapter_config.json").is_file()
+    ):
+        gone = "is gone" if not Path(adapter).exists() else "holds no adapter_config.json"
+        raise ExportError(
+            f"the adapter of {name} at iteration {checkpoint}, {adapter}, {gone} ({member_json} "
+            "names it): copy it back from the original run, or export another checkpoint"
+        )
+    found = given_base(base) if base is not None else find_base(run, spec.base)
+    if found is None:
+        raise ExportError(
+            f"the base of {name}, {spec.base} ({member_json} names it), is not there, nor in a "
+            f"_bases/ or results/_bases/ folder in or above {run}: name it with --base FOLDER "
+            "(or --base ORG/NAME, a hub model)"
+        )
+    return name, checkpoint, MemberSpec(spec.name, found, adapter)
 
 
 def _write_model(
-    run: Path,
-    out: Path,
-    folders: tuple[str, str | None],
-    base_ref: str,
-    *,
-    merge: bool,
-    dtype: str | None,
-    max_shard_size: str | int,
+    run: Path, out: Path, spec: MemberSpec, base_ref: str, *, merge: bool, dtype: str | None, max_shard_size
 ) -> str | None:
-    """The weights (merged, or the adapter's files) and the tokenizer, written into ``out``
-    from the base's and the adapter's local ``folders``; returns the merged weights' dtype name
-    (None for an adapter)."""
-    base_folder, adapter_folder = folders
+    """The weights (merged, or the adapter's files) and the tokenizer, written into ``out`` (made
+    here, once the base's and the adapter's folders are found on this machine: an hf:// id's
+    snapshot in the Hugging Face cache, at the run's manifest commit); returns the merged
+    weights' dtype name (None for an adapter)."""
+    manifest = hub.find_manifest(run)
+    try:
+        base_folder, adapter_folder = hub.local(spec.base, manifest), hub.local(spec.adapter, manifest)
+    except hub.HubError as e:
+        raise ExportError(str(e)) from None
+    _make_folder(out)
     tok = load_tokenizer(base_folder)
+    dtype_name = None
     if merge:
         dtype_name = _write_merged(run, out, base_folder, adapter_folder, dtype, max_shard_size)
     else:
-        dtype_name = None
         _write_adapter(out, adapter_folder, base_ref)
     tok.padding_side = "right"
     tok.save_pretrained(out)
@@ -292,11 +244,25 @@ def _write_model(
 def _write_merged(
     run: Path, out: Path, base: str, adapter: str | None, dtype: str | None, max_shard_size: str | int
 ) -> str:
-    """The base with the adapter merged, saved into ``out``; returns the dtype's name."""
-    torch_dtype = merge_dtype(run, dtype)
-    model = merge_into_base(base, adapter, torch_dtype)
+    """The base with the adapter merged into its weights in place (PEFT's merge_and_unload: one
+    copy of the weights in memory, on CPU), saved into ``out``, in ``dtype`` or the run's
+    (settings.yaml) resolved as sparta resolves it on this machine (auto: bf16 on a GPU that
+    has it, fp32 on CPU); returns the dtype's name."""
+    import torch
+
+    from .models import load_base, pick_device, pick_dtype
+
+    settings = run_settings(run)
+    device = pick_device(settings.get("device", "auto"))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        device = torch.device("cpu")
+    torch_dtype = pick_dtype(dtype or settings.get("dtype", "auto"), device)
+    model = load_base(base, pick_device("cpu"), torch_dtype)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     model.save_pretrained(out, max_shard_size=max_shard_size)
-    del model
     return str(torch_dtype).removeprefix("torch.")
 
 
@@ -341,10 +307,8 @@ def export(
     local = not is_hub_id(spec.base)
     base_ref = hub_base or str(Path(spec.base).resolve())
     digest = folder_digest(spec.base) if local else None
-    folders = _local_folders(run, spec)
-    _make_folder(out)
     dtype_name = _write_model(
-        run, out, folders, base_ref, merge=merge, dtype=dtype, max_shard_size=max_shard_size
+        run, out, spec, base_ref, merge=merge, dtype=dtype, max_shard_size=max_shard_size
     )
     (out / "README.md").write_text(
         model_card(run, spec, checkpoint, Written(merge, base_ref, digest, hub_base, dtype_name))

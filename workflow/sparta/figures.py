@@ -23,6 +23,12 @@ from .reputation import PoolState, ReputationSettings, begin_iteration, kappa  #
 STYLE = {"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "font.size": 10}
 
 
+def _subplots(*args, **kwargs):
+    """``plt.subplots`` in the report's :data:`STYLE`."""
+    with plt.rc_context(STYLE):
+        return plt.subplots(*args, **kwargs)
+
+
 def save(fig, path) -> None:
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
@@ -30,8 +36,7 @@ def save(fig, path) -> None:
 
 def empty(title: str, why: str):
     """A figure that says why there is nothing to show."""
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6, 2.5))
+    fig, ax = _subplots(figsize=(6, 2.5))
     ax.axis("off")
     ax.set_title(title)
     ax.text(0.5, 0.5, why, ha="center", va="center", wrap=True)
@@ -76,10 +81,7 @@ def reputation(history: pd.DataFrame):
     """Reputation trajectories with deviation bands (top) and the deviations (bottom)."""
     if len(history) == 0:
         return empty("Reputation", "no duel has been settled")
-    with plt.rc_context(STYLE):
-        fig, (ax, axd) = plt.subplots(
-            2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]}
-        )
+    fig, (ax, axd) = _subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
     lows, highs, bands = [], [], []
     for m in members_of(history):
         s, r, d = _trajectory(history, m)
@@ -126,8 +128,7 @@ def wins(history: pd.DataFrame):
         return empty("Wins", "no duel has been settled")
     table = win_matrix(history)
     members = list(table.index)
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(1.2 * len(members) + 2, 1.0 * len(members) + 1.5))
+    fig, ax = _subplots(figsize=(1.2 * len(members) + 2, 1.0 * len(members) + 1.5))
     im = ax.imshow(table.to_numpy(), cmap="Blues")
     ax.set_xticks(range(len(members)), members, rotation=30, ha="right")
     ax.set_yticks(range(len(members)), members)
@@ -148,8 +149,7 @@ def judge_scores(judgments: pd.DataFrame):
     if len(usable) == 0:
         return empty("Scores given by each judge", "no usable judgment")
     judges = sorted(usable["judge"].unique())
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(judges), figsize=(3 * len(judges), 3), sharey=True, squeeze=False)
+    fig, axes = _subplots(1, len(judges), figsize=(3 * len(judges), 3), sharey=True, squeeze=False)
     for ax, j in zip(axes[0], judges):
         ax.hist(usable.loc[usable["judge"] == j, "score"], bins=np.arange(1, 10.5, 0.5), color="C0")
         ax.set_title(f"judge {j}")
@@ -168,8 +168,7 @@ def label_accuracy(label: pd.DataFrame, judges: pd.DataFrame | None = None):
     it = label[label["scope"] == "iteration"] if len(label) else label
     if len(it) == 0:
         return empty("Label accuracy", "no ground truth, or no pair with exactly one right answer")
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = _subplots(figsize=(6.5, 4))
     x, y = it["iteration"].astype(int), it["accuracy"].astype(float)
     err = _err(y, it["accuracy_low"], it["accuracy_high"])
     ax.errorbar(x, y, yerr=err, fmt="o-", lw=2.5, color="black", capsize=4, label="collective (95% CI)")
@@ -191,8 +190,7 @@ def diversity(div: pd.DataFrame):
     """Mean distance between the two answers of a duel, per iteration."""
     if len(div) == 0:
         return empty("Response diversity", "no duel with two answers")
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = _subplots(figsize=(6.5, 4))
     names = (("edit", "edit distance"), ("one_minus_bleu", "1 - BLEU"), ("embedding", "embedding distance"))
     for col, name in names:
         if col in div and div[col].notna().any():
@@ -213,8 +211,7 @@ def reward_hacking(table: pd.DataFrame):
         table = table[table["family"] == "any"]
     if len(table) == 0:
         return empty("Reward hacking", "no preference pairs")
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = _subplots(figsize=(6.5, 4))
     x = table["iteration"].astype(int)
     for side, style in (("chosen", "o-"), ("rejected", "s--")):
         y = table[f"{side}_share"].astype(float)
@@ -239,16 +236,12 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
     dpo = log[(log["stage"] == "dpo") & log["loss"].notna()] if len(log) else log
     if len(dpo) == 0 and len(held_out) == 0:
         return empty("Training", "no DPO step logged (no preference pairs)")
-    with plt.rc_context(STYLE):
-        fig, (ax, axm, axh) = plt.subplots(
-            1, 3, figsize=(16, 4), gridspec_kw={"width_ratios": [1, 1, 1.3]}, layout="constrained"
-        )
+    fig, (ax, axm, axh) = _subplots(
+        1, 3, figsize=(16, 4), gridspec_kw={"width_ratios": [1, 1, 1.3]}, layout="constrained"
+    )
     if len(dpo):
-        means = (
-            dpo.groupby(["member", "iteration"])[["rewards_accuracies", "rewards_margins"]]
-            .mean()
-            .reset_index()
-        )
+        columns = ["rewards_accuracies", "rewards_margins"]
+        means = dpo.groupby(["member", "iteration"])[columns].mean().reset_index()
         for m, g in means.groupby("member"):
             (line,) = ax.plot(g["iteration"], g["rewards_accuracies"], "o-", label=m)
             axm.plot(g["iteration"], g["rewards_margins"], "s-", color=line.get_color(), label=m)
@@ -298,8 +291,7 @@ def evaluation(scores: pd.DataFrame | None):
     tasks = sorted(val["task"].unique())
     if not tasks:
         return empty("Evaluation", "no validation scores")
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    fig, axes = _subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for m, g in val[val["task"] == task].groupby("member"):
             g = g.sort_values("checkpoint")
@@ -320,8 +312,7 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
     if len(table) == 0:
         return empty("Comparison", "no experiment has a best-on-validation member to compare")
     tasks = list(dict.fromkeys(table["task"]))
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.5 * (len(tasks) + 1), 4), squeeze=False)
+    fig, axes = _subplots(1, len(tasks) + 1, figsize=(5.5 * (len(tasks) + 1), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         rows = table[table["task"] == task]
         g = rows[rows["vs_best_init"].notna()].reset_index(drop=True)
@@ -329,15 +320,8 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
         d = g["vs_best_init"].to_numpy(float)
         err = _err(d, g["vs_best_init_low"], g["vs_best_init_high"])
         for k, sig in enumerate(g["vs_best_init_significant"].astype(bool)):
-            ax.errorbar(
-                d[k],
-                y[k],
-                xerr=err[:, k : k + 1],
-                fmt="o",
-                mfc=None if sig else "white",
-                capsize=4,
-                color="C0",
-            )
+            fill = None if sig else "white"
+            ax.errorbar(d[k], y[k], xerr=err[:, k : k + 1], fmt="o", mfc=fill, capsize=4, color="C0")
         ax.axvline(0, color="grey", ls=":", lw=1)
         ax.set_yticks(y, [f"{e} ({t:.3f})" for e, t in zip(g["experiment"], g["test"])])
         ax.invert_yaxis()

@@ -103,13 +103,6 @@ def base_license(base: str, provenance: dict) -> str | None:
     return provenance.get("license")
 
 
-def wilson(score: float, n: int, metric: str) -> tuple[float, float] | None:
-    """95% Wilson interval of a proportion score over n examples (None: not a proportion)."""
-    if metric not in PROPORTIONS or not n:
-        return None
-    return wilson_interval(round(score * n), int(n))
-
-
 def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
     """The member's evaluation scores: task, metric, split, score, n, 95% interval."""
     path = layout.RunFolder(run).at(layout.evaluation_file, layout.SCORES)
@@ -119,16 +112,9 @@ def scores_of(run: Path, name: str, checkpoint: int) -> list[dict]:
     mine = scores[(scores["member"] == name) & (scores["checkpoint"] == checkpoint)]
     rows = []
     for r in mine.sort_values(["task", "split"], ascending=[True, False]).itertuples(index=False):
-        rows.append(
-            {
-                "task": r.task,
-                "metric": r.metric,
-                "split": r.split,
-                "score": float(r.score),
-                "n": int(r.n),
-                "interval": wilson(float(r.score), int(r.n), r.metric),
-            }
-        )
+        score, n = float(r.score), int(r.n)
+        interval = wilson_interval(round(score * n), n) if r.metric in PROPORTIONS and n else None
+        rows.append(dict(task=r.task, metric=r.metric, split=r.split, score=score, n=n, interval=interval))
     return rows
 
 
@@ -175,13 +161,9 @@ def selections_of(run: Path, name: str, checkpoint: int) -> list[dict]:
 
 
 def _stage_words(stage: str, select_from: str) -> str:
+    among = "the final members" if select_from == "final" else "every member of every checkpoint"
     return {
-        "selected": "the run's selected member"
-        + (
-            " (best on validation among the final members)"
-            if select_from == "final"
-            else " (best on validation among every member of every checkpoint)"
-        ),
+        "selected": f"the run's selected member (best on validation among {among})",
         "best final": "the best final member on validation",
         "best initial": "the best member of the initial pool on validation",
     }.get(stage, stage)

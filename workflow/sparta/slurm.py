@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -53,13 +54,9 @@ def partition_limits(partition: str | None) -> Limits:
     ``scontrol`` reports them; none where there is no scontrol or it does not answer."""
     if not shutil.which("scontrol"):
         return Limits()
+    command = ["scontrol", "show", "partition", *([partition] if partition else [])]
     try:
-        out = subprocess.run(
-            ["scontrol", "show", "partition", *([partition] if partition else [])],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        ).stdout
+        out = subprocess.run(command, capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return Limits()
     if not partition:  # the default partition's block
@@ -104,11 +101,11 @@ def job_resources(name: str, gpu: int, mem_mb: int, runtime: int, ask_slurm=Fals
     if gpu and env.get("SPARTA_SLURM_GPU_MODEL"):
         res["gpu_model"] = env["SPARTA_SLURM_GPU_MODEL"]
     asked = ask_slurm if callable(ask_slurm) else (lambda: ask_slurm)
-    request = Request(name, partition, mem_mb, runtime)
-    check_request(request, limits(partition, bool(asked()), env))
 
     def cap() -> Limits:
         return limits(partition, bool(asked()), env)
+
+    check_request(Request(name, partition, mem_mb, runtime), cap())
 
     # the first attempt asks for what the stage asks (check_first_attempts stops a run whose
     # first attempt is past the limit); retries grow within it
@@ -198,8 +195,6 @@ def cancel_orphans(workdir: str, experiments, say=print, wait: float = 120, run=
     """Cancel :func:`orphans` and wait until Slurm has ended them, so that no two copies of a
     job ever write one file; their outputs, marked incomplete when they were submitted, are
     rerun (rerun-incomplete). Returns the cancelled job ids."""
-    import time
-
     jobs = orphans(workdir, experiments, run)
     if not jobs:
         return []

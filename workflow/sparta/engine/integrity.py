@@ -1,21 +1,13 @@
 """Integrity of a run's finished files: recorded when a job succeeds, checked when a run starts.
 
 Snakemake notices a missing output, not a damaged one: a truncated table keeps its name and a
-plain rerun says "Nothing to be done". So:
-
-* when a job succeeds, snakemake's main process records each of its outputs (every table,
-  ``member.json``, adapter and trainer log, figure) in ``.snakemake/sparta-integrity/<path>.json``:
-  size, modification time and SHA-256 of its content (:func:`record`);
-* when a run starts (snakemake's main process, dry runs included, before the DAG is built),
-  every file of the run's target that has a record is checked (:func:`check`): a file whose
-  size differs from its record is damaged; one whose modification time differs is hashed, and
-  damaged when its content differs (same content: the record takes its new time). A Parquet
-  table is also damaged when its footer cannot be read (this needs no record: a run finished
-  before records existed is checked too). A finished file with no record gets one (its
-  content as it is now).
-* a damaged file is reported by path and its job forced (as ``--forcerun <file>``), so it is
-  rebuilt with everything that depends on it; a missing one is reported and rebuilt as
-  Snakemake always does.
+plain rerun says "Nothing to be done". So snakemake's main process records each output of a
+job that succeeds (size, mtime, SHA-256) in ``.snakemake/sparta-integrity/<path>.json``
+(:func:`record`), and at a run's start, dry runs included, checks every file of the target
+(:func:`check`): a size that differs is damage; a time that differs is hashed, and damage when
+the content differs. A Parquet table whose footer cannot be read is damaged with or without a
+record; a finished file without one gets one. A damaged file is reported and its job forced
+(as ``--forcerun <file>``), so it is rebuilt with everything that depends on it.
 
 Cost: a ``stat`` and a small JSON read per file, plus a Parquet footer read per table; content
 is hashed only for files whose time changed (and once, for files without a record).
@@ -30,16 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+from . import require
+
 FOLDER = "sparta-integrity"  # under snakemake's persistence folder (.snakemake)
-CHUNK = 1 << 20
 
 
 def sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def record_path(root: Path, path: str) -> Path:
@@ -79,10 +69,6 @@ def record(root: Path, path: str, workdir: str | os.PathLike = ".") -> None:
     except OSError:
         return
     _write(root, path, rec)
-
-
-def forget(root: Path, path: str) -> None:
-    record_path(root, path).unlink(missing_ok=True)
 
 
 def _parquet_unreadable(path: str) -> str | None:
@@ -148,14 +134,10 @@ def install(workflow, paths) -> None:
     if not workflow.is_main_process:
         return
     from snakemake.dag import DAG
-    from snakemake.exceptions import WorkflowError
 
     if "forcefiles" not in DAG.__init__.__code__.co_varnames:
-        raise WorkflowError(
-            "sparta: this snakemake's DAG takes no forcefiles, through which sparta rebuilds a "
-            "damaged file (sparta/engine/integrity.py, tested with the snakemake that requirements.txt "
-            "pins; SPARTA_ENGINE=plain runs plain Snakemake without it: docs/development/engine.md)"
-        )
+        lacks = "this snakemake's DAG takes no forcefiles"
+        require("integrity", "through which sparta rebuilds a damaged file", lacks=lacks)
     root = Path(".snakemake").absolute()
     paths = list(dict.fromkeys(map(str, paths)))
     start = time.perf_counter()
@@ -194,15 +176,10 @@ def shared_bases(workflow, rules) -> None:
     if not workflow.is_main_process:
         return
     from snakemake.dag import DAG
-    from snakemake.exceptions import WorkflowError
 
     if not hasattr(DAG, "update_needrun"):
-        raise WorkflowError(
-            "sparta: this snakemake's DAG has no update_needrun, which sparta wraps so a rebuilt "
-            "shared base retrains nothing (sparta/engine/integrity.py, tested with the snakemake that "
-            "requirements.txt pins; SPARTA_ENGINE=plain runs plain Snakemake without it: "
-            "docs/development/engine.md)"
-        )
+        lacks = "this snakemake's DAG has no update_needrun"
+        require("integrity", "which sparta wraps so a rebuilt shared base retrains nothing", lacks=lacks)
     rules = set(rules)
     if _state.get("bases") is not None:
         _state["bases"] |= rules

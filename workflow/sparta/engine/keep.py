@@ -1,29 +1,22 @@
 """A failing rerun keeps the previous outputs: moved aside before the job, back if it fails.
 
-Snakemake deletes a job's existing outputs before it runs the job (``Job.remove_existing_output``,
-from ``Job.prepare``) and the outputs of a failed job after it (``Job.cleanup``, from
-``Job.postprocess(error=True)``). A job that reruns over a finished run (its params or inputs
-changed, an input was damaged) and then fails would so lose the finished outputs it was meant
-to replace. Instead, in every snakemake process (:func:`install`, from
-:func:`sparta.engine.install`):
+Snakemake deletes a job's existing outputs before it runs (``Job.remove_existing_output``) and
+a failed job's outputs after it (``Job.cleanup``), so a job that reruns over a finished run and
+fails loses the finished outputs it was to replace. Instead, in every snakemake process
+(:func:`install`):
 
-* before a job runs, its existing outputs are moved (a rename, same inode, mtime kept) into
+* before a job runs, its existing outputs are renamed (same inode, mtime kept) into
   ``.snakemake/sparta-previous/<job>/`` (``<job>``: a digest of the job's output paths);
-* when the job fails, Snakemake's removal of its outputs puts the previous ones back instead
-  (hard links to the set-aside files, a copy where a link is impossible), so the finished run
-  is exactly as it was, bytes and mtimes; the error is in the job's log as always;
-* the main snakemake process (the only one that writes Snakemake's metadata records) gives the
-  restored files back their previous records (params, inputs, code), so a restored file is
-  the finished file it was: reverting the setting that failed reruns nothing;
-* the set-aside files go when the main process has handled the job (it succeeded, or it
-  failed and they were restored).
+* when it fails, Snakemake's removal of its outputs puts those back instead (hard links, a copy
+  where a link is impossible), and the main process (the only one that writes Snakemake's
+  metadata records) gives them back their records, so reverting the setting that failed
+  reruns nothing;
+* the set-aside files go when the main process has handled the job.
 
-Where the job runs does not matter: locally the main process prepares the job; on a cluster
-(Slurm) the snakemake that runs the job on its node does, on the shared file system, and both
-the node's process and the main one restore on failure (the restore is idempotent, and
-nothing set aside is removed before the main process is done with the job). A job whose main
-process is killed leaves its set-aside files; the next run (:func:`recover`, at its start)
-puts back each whose file is missing or was left incomplete.
+On a cluster the snakemake on the node prepares the job, on the shared file system; both it
+and the main process restore on failure (the restore is idempotent). A job whose main process
+is killed leaves its set-aside files; the next run (:func:`recover`, at its start) puts back
+each whose file is missing or was left incomplete.
 """
 
 from __future__ import annotations
@@ -35,23 +28,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import integrity
+from . import integrity, require
 
 FOLDER = "sparta-previous"  # under snakemake's persistence folder (.snakemake)
 INDEX = "outputs.json"  # in a job's folder: path -> key of Snakemake's metadata record
 
 
-def _persistence_path(job) -> Path:
-    try:
-        return Path(job.dag.workflow.persistence.path)
-    except AttributeError:
-        return Path(".snakemake")
-
-
 def job_folder(job) -> Path:
     outputs = "\n".join(sorted(str(f) for f in job.output))
-    digest = hashlib.sha256(outputs.encode()).hexdigest()[:20]
-    return _persistence_path(job) / FOLDER / digest
+    try:
+        root = Path(job.dag.workflow.persistence.path)
+    except AttributeError:
+        root = Path(".snakemake")
+    return root / FOLDER / hashlib.sha256(outputs.encode()).hexdigest()[:20]
 
 
 def _stored(folder: Path, path: str) -> Path:
@@ -123,20 +112,12 @@ _original = {}
 def install(workflow) -> None:
     """Replace Snakemake's deletion of a job's outputs before it runs and after it fails (see the
     module's doc). In every snakemake process: on a cluster the node's process prepares the job."""
-    from snakemake.exceptions import WorkflowError
     from snakemake.jobs import Job
     from snakemake.persistence import PersistenceBase
 
     needed = [(Job, n) for n in ("remove_existing_output", "cleanup", "postprocess")]
     needed += [(PersistenceBase, n) for n in ("_get_key", "_read_record", "_write_record", "_delete_record")]
-    missing = [f"{c.__name__}.{n}" for c, n in needed if not hasattr(c, n)]
-    if missing:
-        raise WorkflowError(
-            f"sparta: this snakemake has no {', '.join(missing)}, which sparta replaces to keep a "
-            "failed job's previous outputs (sparta/engine/keep.py, tested with the snakemake that "
-            "requirements.txt pins; SPARTA_ENGINE=plain runs plain Snakemake without it: "
-            "docs/development/engine.md)"
-        )
+    require("keep", "which sparta replaces to keep a failed job's previous outputs", needed)
     if _original:
         return
     _original.update(remove=Job.remove_existing_output, cleanup=Job.cleanup, postprocess=Job.postprocess)

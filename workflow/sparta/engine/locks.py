@@ -1,40 +1,28 @@
 """Locks of the runs that work in one folder: each live run keeps its own, a dead one's go.
 
 Snakemake records what a run reads and writes in ``.snakemake/locks/<n>.input.lock`` and
-``<n>.output.lock`` and refuses a run whose outputs overlap them. Two things make that unsafe
-for runs side by side in one folder (two experiments, or a run and its repetition):
+``<n>.output.lock`` and refuses a run whose outputs overlap them. Side by side in one folder
+that is unsafe: Snakemake 9's unlock (``FilePersistence._delete_locks``) removes the whole
+``locks`` folder, every other live run's lock files with it, and a run killed hard
+(``kill -9``, a node failure) leaves lock files that nothing tells from a live run's
+(docs/development/engine.md). So, in snakemake's main process (:func:`install`):
 
-* Snakemake 9's unlock at the end of a run (``FilePersistence._delete_locks``) removes its own
-  lock files and then the whole ``.snakemake/locks`` folder: the locks of every other live run
-  go with it, and a second snakemake on such a run is no longer refused.
-* A run killed hard (``kill -9``, a node failure) leaves its lock files behind, and nothing in
-  them tells a dead run's locks from a live one's.
+* A run (an experiment, or a study: everything under ``results/<name>/``) holds a kernel lock,
+  ``.snakemake/sparta-<name>.flock``, until it unlocks or dies; inside, its owner (pid, host,
+  start time, command) and the lock files snakemake wrote for it, each with its hash. The
+  kernel releases the lock however the process dies, so a run lock that can be taken proves
+  its last owner dead. A second snakemake on a held run stops before changing anything,
+  naming the running one (:class:`Busy`).
+* Lock files are removed only when their owner is provably dead: those a free run lock
+  records, and every one when no run lock is held. Unlock removes the run's own lock files;
+  ``snakemake --unlock`` everything but the live runs' recorded ones.
+* All of this happens under one more kernel lock, ``.snakemake/sparta.flock``, so two runs
+  starting together neither pick the same lock file name nor both pass the overlap check.
 
-So, in snakemake's main process (:func:`install`, from :func:`sparta.engine.install`):
-
-* When snakemake locks the folder, the run (an experiment, or a study with all its
-  experiments: everything under ``results/<name>/``) takes a kernel lock,
-  ``.snakemake/sparta-<name>.flock``, and holds it until it unlocks or dies. Inside it writes
-  its owner (pid, host, start time, command) and the lock files snakemake wrote for it, each
-  with the hash of its content. The kernel releases the lock when the process dies, however
-  it dies, so a run lock that can be taken proves its last owner dead.
-* A second snakemake on a run whose lock is held stops before changing anything, with the
-  running one named (:class:`Busy`).
-* Lock files are removed only when their owner is provably dead: those recorded by a run lock
-  that nobody holds, and, when no run lock at all is held, every lock file (their writers are
-  all dead). Unlock removes only the run's own lock files; ``snakemake --unlock`` removes
-  everything except the live runs' recorded lock files.
-* Taking, recording and removing lock files happens under one more kernel lock,
-  ``.snakemake/sparta.flock``, so two runs starting together neither pick the same lock file
-  name nor both pass snakemake's overlap check.
-
-Dry runs and ``--nolock`` take no lock (snakemake does not lock then either); jobs that
-snakemake spawns never touch the locks.
-
-Where the file system has no flock (Lustre mounted ``noflock``, NFS without lockd: flock fails
-with ENOLCK, EOPNOTSUPP, ENOSYS or EINVAL), :func:`install` prints one warning and changes
-nothing: Snakemake's own locks apply, as on plain Snakemake. ``SPARTA_LOCKS=none`` chooses that
-without trying flock; ``SPARTA_LOCKS=flock`` is the default.
+Dry runs, ``--nolock`` and the jobs snakemake spawns take no lock. Where the file system has no
+flock (:data:`NO_FLOCK`: Lustre ``noflock``, NFS without lockd) or with ``SPARTA_LOCKS=none``
+(``flock`` is the default), :func:`install` warns once and changes nothing: Snakemake's own
+locks apply, as on plain Snakemake.
 """
 
 from __future__ import annotations
@@ -51,16 +39,13 @@ import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from . import require
+
 REGISTRY = "sparta.flock"
 REGISTRY_WAIT = 120  # seconds
 LOCK_FILE = re.compile(r"\d+\.(input|output)\.lock")
 VARIABLE = "SPARTA_LOCKS"
 NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
-
-
-def run_lock_path(folder: str | Path, run: str) -> Path:
-    """The kernel lock of run ``run`` in the persistence folder (``.snakemake``)."""
-    return Path(folder) / f"sparta-{run}.flock"
 
 
 class Busy(Exception):
@@ -298,7 +283,7 @@ def acquire(folder: Path) -> dict:
     :class:`Busy` naming its holder when it is held. Call under :func:`registry`."""
     if _run["fd"] is not None:
         return {}
-    path = run_lock_path(folder, _run["name"])
+    path = folder / f"sparta-{_run['name']}.flock"  # the run's kernel lock
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
     try:
         _flock(fd, path)
@@ -411,20 +396,14 @@ def install(workflow, run: str, kind: str = "experiment") -> None:
     ``SPARTA_LOCKS=none``) it changes nothing and says so once."""
     if not workflow.is_main_process:
         return
-    from snakemake.exceptions import LockException, WorkflowError
+    from snakemake.exceptions import LockException
     from snakemake.persistence import PersistenceBase
     from snakemake.persistence.file import FilePersistence
 
     _run.update(name=run, kind=kind)
     needed = [(FilePersistence, "_write_locks"), (FilePersistence, "_delete_locks")]
     needed += [(PersistenceBase, "lock"), (PersistenceBase, "cleanup_locks")]
-    missing = [f"{c.__name__}.{name}" for c, name in needed if not hasattr(c, name)]
-    if missing:
-        raise WorkflowError(
-            f"sparta: this snakemake has no {', '.join(missing)}, which sparta's run locks replace "
-            "(sparta/engine/locks.py, tested with the snakemake that requirements.txt pins; "
-            "SPARTA_ENGINE=plain runs plain Snakemake without it: docs/development/engine.md)"
-        )
+    require("locks", "which sparta's run locks replace", needed)
     if _choice() == "none":
         return _without(f"{VARIABLE}=none")
     folder = Path(".snakemake").absolute()  # snakemake's persistence folder in the workdir

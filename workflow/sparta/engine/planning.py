@@ -1,22 +1,14 @@
 """A faster lookup of the rules that can produce a file, for Snakemake's DAG building.
 
-Snakemake finds a file's producers with an index keyed by each output's constant *prefix*
-(the text before its first wildcard), then tests every rule it finds against the file. Every
-output of this workflow starts ``results/{exp}/``, so that index finds every output of every
-rule for every file (about 270 with the paper study's pools: each pool rule lists every
-member's file), and planning Table 1 spent a third of its time there
-(``benchmarks/bench_dag.py``). This index is keyed by the constant *suffix* instead (the text
+Snakemake indexes the outputs by their constant *prefix* (the text before the first wildcard).
+Every output here starts ``results/{exp}/``, so that index finds every output of every rule for
+every file (about 270 with the paper study's pools), and planning Table 1 spent a third of its
+time there (``benchmarks/bench_dag.py``). This index is keyed by the constant *suffix* (the text
 after the last wildcard: ``/members/flan/member.json``, ``/duels.parquet``), which tells the
-outputs apart, and tests only the outputs it found, not every output of their rules.
-
-The answer is the same set of rules as Snakemake's own: a rule is a producer when one of its
-outputs, logs or benchmarks matches the file; a file an output matches starts with that
-output's constant prefix and ends with its constant suffix, so keying by either finds the same
-outputs (``tests/test_planning.py`` compares both on every file of a plan:
-``SPARTA_CHECK_OUTPUT_INDEX=1`` asks both indexes every lookup and stops at the first
-difference). Installed by :func:`sparta.engine.install`; a Snakemake without the index this
-replaces keeps its own, and sparta.engine says so. Each file's producers are looked up once
-per DAG (a file has a lookup per job that reads it).
+outputs apart, and tests only the outputs it found. A file an output matches starts with its
+prefix and ends with its suffix, so both find the same rules: ``tests/test_planning.py``
+compares them on every file of a plan (``SPARTA_CHECK_OUTPUT_INDEX=1`` asks both on every
+lookup and stops at the first difference).
 """
 
 from __future__ import annotations
@@ -43,11 +35,6 @@ class SuffixOutputIndex:
         self._lookup = PrefixLookup(entries=entries)
         self._found: dict[str, frozenset] = {}  # a DAG asks for the same file once per reader
 
-    def _candidates(self, targetfile: str):
-        for _, (rule, prefix, product) in self._lookup.match_iter(targetfile[::-1]):
-            if targetfile.startswith(prefix):
-                yield rule, product
-
     def match_producers(self, targetfile: str) -> set:
         """The rules with an output, log or benchmark that matches the file (remembered: the
         rules do not change while a DAG is built)."""
@@ -58,8 +45,8 @@ class SuffixOutputIndex:
 
     def _match(self, targetfile: str) -> set:
         found = set()
-        for rule, product in self._candidates(targetfile):
-            if rule in found:
+        for _, (rule, prefix, product) in self._lookup.match_iter(targetfile[::-1]):
+            if rule in found or not targetfile.startswith(prefix):
                 continue
             try:
                 if product.match(targetfile):
