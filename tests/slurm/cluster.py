@@ -211,6 +211,19 @@ class LocalSlurm:
         return rows
 
 
+def processes_of(job: str) -> list[int]:
+    """Process ids of this machine that run in Slurm job ``job`` (its ``SLURM_JOB_ID`` in their
+    environment): after the job has ended, those escaped Slurm's process tracking."""
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"SLURM_JOB_ID={job}\0".encode() in environ.read_bytes():
+                pids.append(int(environ.parent.name))
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return pids
+
+
 def _gone_test_cluster(conf: Path) -> bool:
     """A slurm.conf this module wrote whose slurmctld no longer runs (a test run that was killed
     before its teardown): safe to replace."""

@@ -58,6 +58,7 @@ def main(sm):
     )
     frames = run_parts([t.name for t in tasks], run_task, progress, say=log.info)
     rows = pd.concat(frames, ignore_index=True) if frames else tables.empty("evaluation")
+    progress.check()
     for spec, path in zip(specs, outputs):
         out = rows[rows["member"] == spec.name].copy()
         out["checkpoint"] = int(sm.wildcards.c)

@@ -2,12 +2,16 @@
 self-judging, meta-judging or annotator; SPIN none); in a pool job all requests run in the
 same batches. One judgments table per served member."""
 
+from pathlib import Path
+
 from sparta import tables
+from sparta.hub import local
 from sparta.jobs import as_list, finish, served_members
 from sparta.judging import defences
 from sparta.logs import setup
 from sparta.methods import JudgeRun, get
 from sparta.methods.meta_rewarding import NOT_ASKED
+from sparta.progress import Progress, adapter_stamp, file_stamp
 from sparta.seeds import derive_seed
 from sparta.settings import job_settings
 
@@ -26,12 +30,32 @@ def main(sm):
 
     for warning in method.judging_warnings(cfg, job.baselines):  # e.g. no judge pair can form
         log.warning(warning)
+    # each finished block of judgments is kept beside the outputs: a retry after a time limit or
+    # a requeue goes on from the next block (sparta/progress.py)
+    outputs = as_list(sm.output.judgments)
+    progress = Progress(
+        Path(outputs[0]).parent / ".progress" / "+".join(s.name for s in specs),
+        [
+            [(repr(s), adapter_stamp(local(s.adapter))) for s in specs],
+            [file_stamp(f) for f in (sm.input.duels, *as_list(sm.input.responses))],
+            [method.name, repr(cfg), repr(job.baselines), job.runtime],
+        ],
+    )
     run = JudgeRun(
-        specs, duels, responses, cfg, job.runtime.system_prompt, job.baselines, backend=backend, seed=seed
+        specs,
+        duels,
+        responses,
+        cfg,
+        job.runtime.system_prompt,
+        job.baselines,
+        backend=backend,
+        seed=seed,
+        progress=progress,
     )
     method.judge(run)
     table = run.table(method)
-    for spec, path in zip(specs, as_list(sm.output.judgments)):
+    progress.check()
+    for spec, path in zip(specs, outputs):
         mine = table[table[method.judgment_owner] == spec.name] if len(table) else table
         tables.write(mine if len(mine) else tables.empty("judgments"), path, "judgments")
         meta = mine["kind"] == "meta"  # meta-rewarding: one row per re-judged answer, no judgment of one
@@ -62,6 +86,7 @@ def main(sm):
                 unusable,
                 int((~meta).sum()),
             )
+    progress.done()
 
 
 # vLLM may start its engine in a spawned process, which imports this file again as a module:

@@ -6,6 +6,11 @@ rerun nor after a failure. It is keyed by the job's inputs (a fingerprint of wha
 results: the members' checkpoints and adapter files, the settings), so a rerun on other inputs
 starts afresh, and it is removed when the job's outputs are written. DPO keeps its trainer
 saves the same way (sparta.train.progress); evaluation keeps one table per finished task.
+
+Each attempt claims the folder when it starts (its host, process, Slurm job and start time in
+``owner``). An attempt that finds the folder claimed by a later one (a copy that outlived its
+time limit or its requeue beside the retry) stops at its next part or step with
+:class:`Superseded`, before it writes: two copies never write one file.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import hashlib
 import os
 import re
 import shutil
+import socket
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +28,38 @@ import pandas as pd
 from .tables import write_raw
 
 STAMP = "inputs.sha256"
+OWNER = "owner"
+_CLAIMS: dict[Path, str] = {}  # folder -> this process's claim on it
+
+
+class Superseded(RuntimeError):
+    """A later attempt of the same job took over its progress folder."""
+
+
+def check(folder: str | os.PathLike, mine: str | None = None) -> None:
+    """Raise :class:`Superseded` when the progress ``folder`` this process claimed (``mine``: its
+    last claim) has been claimed by another attempt since (or finished and removed by it)."""
+    folder = Path(folder)
+    mine = mine or _CLAIMS.get(folder)
+    if mine is None:
+        return
+    try:
+        now = (folder / OWNER).read_text()
+    except OSError:
+        now = "an attempt that finished and removed it"
+    if now != mine:
+        raise Superseded(f"{folder} was taken over by {now}: this attempt ({mine}) stops without writing")
+
+
+def guard(folder: str | os.PathLike):
+    """A trainer callback: :func:`check` at every step (a step is far longer than the read)."""
+    from transformers import TrainerCallback
+
+    class Guard(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            check(folder)
+
+    return Guard()
 
 
 def adapter_stamp(folder: str | None) -> list:
@@ -67,6 +106,13 @@ class Progress:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder.mkdir(parents=True)
             stamp.write_text(key)
+        job = os.environ.get("SLURM_JOB_ID", "-")
+        claim = f"host {socket.gethostname()} pid {os.getpid()} Slurm job {job}"
+        claim += f" started {time.strftime('%Y-%m-%d %H:%M:%S')} ({time.time_ns()})"
+        tmp = self.folder / f".{OWNER}.{os.getpid()}"
+        tmp.write_text(claim)
+        os.replace(tmp, self.folder / OWNER)
+        _CLAIMS[self.folder] = self.claim = claim
 
     def _path(self, part: str) -> Path:
         return self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", part) + ".parquet")
@@ -78,11 +124,17 @@ class Progress:
 
     def put(self, part: str, frame: pd.DataFrame) -> None:
         """A finished part, written atomically (a kill leaves no part that looks finished)."""
+        self.check()
         write_raw(frame, self._path(part))
 
     def parts(self) -> list[str]:
         return sorted(p.stem for p in self.folder.glob("*.parquet"))
 
+    def check(self) -> None:
+        """Before the job writes its outputs: still this attempt's (:func:`check`)."""
+        check(self.folder, self.claim)
+
     def done(self) -> None:
         """The job's outputs are written: its progress is no longer needed."""
         shutil.rmtree(self.folder, ignore_errors=True)
+        _CLAIMS.pop(self.folder, None)

@@ -18,7 +18,7 @@ import torch
 from .files import follow_umask
 from .members import MemberSpec, check_adapter_folder
 from .models import load_base, load_tokenizer, native_bf16, pick_device, pick_dtype
-from .progress import Progress
+from .progress import Progress, check, guard
 from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
 
 log = logging.getLogger(__name__)
@@ -497,6 +497,7 @@ class _DPOJob:
             callbacks=[
                 progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name),
                 *([save_every(self.params.save_minutes)] if self.params.save_minutes else []),
+                guard(args.output_dir),  # a copy that outlived its time limit stops (sparta.progress)
             ],
             **extra,
         )
@@ -505,6 +506,7 @@ class _DPOJob:
             log.info("%s: continuing from the progress saved in %s", spec.name, resume)
         result = trainer.train(resume_from_checkpoint=resume)
         # save only the member's own adapter, not TRL's frozen "ref" copy
+        check(args.output_dir)
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
         follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)

@@ -10,7 +10,7 @@ method object; none of them branches on the method's name.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 
 import pandas as pd
@@ -112,15 +112,21 @@ class Method:
         return "dpo"
 
 
+BLOCK = 512  # judgments a judge job keeps as one finished part of its progress
+
+
 class JudgeRun:
     """A judge job's inputs, its model calls and the judgments it has made: what a method's
     :meth:`Method.judge` works with. ``specs``: the members this job serves; ``backend``: the
     backend serving them (None for the reference judge); ``seed(*parts)``: the seed of one
-    sampled judgment."""
+    sampled judgment; ``progress``: a :class:`sparta.progress.Progress` that keeps each finished
+    block of :data:`BLOCK` judgments, so that a retry after a time limit or a requeue goes on
+    from the next block (the blocks are the same whether or not a run was interrupted)."""
 
-    def __init__(self, specs, duels, responses, cfg, system, baselines, *, backend, seed):
+    def __init__(self, specs, duels, responses, cfg, system, baselines, *, backend, seed, progress=None):
         self.specs, self.duels, self.cfg, self.system = specs, duels, cfg, system
         self.baselines, self.backend, self.seed = baselines, backend, seed
+        self.progress, self.calls = progress, 0
         self.reference = cfg.kind == "reference"  # no model runs: answers checked
         self.text = dict(
             zip(zip(responses["duel_id"], responses["member"], responses["sample"]), responses["response"])
@@ -139,11 +145,36 @@ class JudgeRun:
             return [
                 reference_judgment(a[-1].response, self.answer_of.get(a[1]), self.cfg.answer) for a in asked
             ]
-        out = [None] * len(asked)
-        for group in by_base([a[0] for a in asked]):
-            for i, j in zip(group, judge_fn(self.backend.serve_each([asked[i][0] for i in group]), group)):
-                out[i] = j
+        self.calls += 1
+        out = []
+        for start in range(0, len(asked), BLOCK):
+            block = list(range(start, min(start + BLOCK, len(asked))))
+            out += self._kept(
+                f"call{self.calls:03d}-{start:08d}", lambda b=block: self._block(asked, judge_fn, b)
+            )
         return out
+
+    def _block(self, asked: list[tuple], judge_fn, block: list[int]) -> list:
+        done = {}
+        for group in by_base([asked[i][0] for i in block]):
+            positions = [block[g] for g in group]
+            done.update(
+                zip(positions, judge_fn(self.backend.serve_each([asked[i][0] for i in positions]), positions))
+            )
+        return [done[i] for i in block]
+
+    def _kept(self, part: str, judge) -> list:
+        """``judge()``'s judgments, kept in the job's progress as one part; read back when an
+        earlier attempt of the job finished it."""
+        if self.progress is None:
+            return judge()
+        frame = self.progress.get(part)
+        if frame is not None:
+            return [Judgment(**json.loads(x)) for x in frame["judgment"]]
+        judged = judge()
+        if all(isinstance(j, Judgment) for j in judged):
+            self.progress.put(part, pd.DataFrame({"judgment": [json.dumps(asdict(j)) for j in judged]}))
+        return judged
 
     def judged(self, asked: list[tuple], judge_fn, cfg, seed_of, *extra) -> list:
         """:meth:`run` with a judging function of :mod:`sparta.judging`:
