@@ -236,14 +236,10 @@ def judging(
     owner: str = "judge",
     kinds: tuple[str, ...] = ("score",),
 ) -> pd.DataFrame:
-    """Per iteration, member and kind of judgment (``kinds``: those the method writes): the
-    rows its judge job wrote (``owner``: the judgments column naming that member), those with
-    no usable score, with an error (each unusable one, SPPO's answers with failed comparisons
-    scored at P = 1/2, meta-rewarding's meta rows where the meta-judge was not asked) and
-    with a shortened judge prompt; and for a baseline the pairs made of them (actor pairs of
-    score rows, judge pairs of meta rows, after the caps). Every member of every iteration has
-    a row of each kind, so a kind that yields nothing (meta-rewarding's judge pairs where
-    none can form) shows 0 rather than no row."""
+    """The ``judging`` table (columns: see :mod:`sparta.tables`) per iteration, member and kind
+    (``kinds``: those the method writes; ``owner``: the judgments column naming the member whose
+    job wrote the row). Every member of every iteration has a row of each kind, so a kind that
+    yields nothing (meta-rewarding's judge pairs where none can form) shows 0 rather than no row."""
     iteration = duels.set_index("duel_id")["iteration"]
     members = sorted(set(duels["member_a"]) | set(duels["member_b"]))
     frame = judgments.assign(iteration=judgments["duel_id"].map(iteration), member=judgments[owner])

@@ -83,18 +83,14 @@ def iteration_dir(run, t) -> str:
     return f"{run_dir(run)}/{iteration_name(t)}"
 
 
-def round_dir(run, t, r) -> str:
-    return f"{iteration_dir(run, t)}/{round_name(r)}"
-
-
 def round_table(run, t, r, name: str) -> str:
     """One of :data:`ROUND_TABLES` of round r of iteration t."""
-    return f"{round_dir(run, t, r)}/{name}.parquet"
+    return f"{iteration_dir(run, t)}/{round_name(r)}/{name}.parquet"
 
 
 def member_table(run, t, r, kind: str, member) -> str:
     """One member's (or judge's) table of a round: ``kind`` one of :data:`MEMBER_TABLES`."""
-    return f"{round_dir(run, t, r)}/{kind}/{member}.parquet"
+    return f"{iteration_dir(run, t)}/{round_name(r)}/{kind}/{member}.parquet"
 
 
 def initial_state(run) -> str:
@@ -107,18 +103,14 @@ def preferences(run, t) -> str:
     return f"{iteration_dir(run, t)}/preferences.parquet"
 
 
-def member_dir(run, c, member) -> str:
-    """Checkpoint c of a member (0: the initial pool)."""
-    return f"{iteration_dir(run, c)}/members/{member}"
-
-
 def member_json(run, c, member) -> str:
-    return f"{member_dir(run, c, member)}/member.json"
+    """Checkpoint c of a member (0: the initial pool)."""
+    return member_file(run, c, member, "member.json")
 
 
 def member_file(run, c, member, name: str) -> str:
-    """A file of a member checkpoint: one of :data:`TRAINED_FILES`."""
-    return f"{member_dir(run, c, member)}/{name}"
+    """A file of a member checkpoint: its member.json or one of :data:`TRAINED_FILES`."""
+    return f"{iteration_dir(run, c)}/members/{member}/{name}"
 
 
 def evaluation(run, c, member) -> str:

@@ -14,29 +14,14 @@ graded verdict without sampling. What it forces: with secret labels (``judge.sec
 them the rubric's own prefix (``{"score": `` for Sparta's judge, ``Score: `` for the additive
 one) or ``{"better": "`` (pairwise).
 
-Defences by construction, each a switch recorded on every judgment (``defences``):
-
-- ``judge.secret_labels`` (expected mode): the judge answers with labels the combatants
-  cannot know, drawn per judgment from a seeded random set: the score levels (pointwise) or
-  the two answers (pairwise) get shuffled letters, shown in the prompt as a table, used for
-  the forced prefix and the candidates, and mapped back to the score. An answer that writes
-  "10/10" or "Answer A is better" no longer names the token the judge is scored on.
-- ``judge.datamark`` (spotlighting by datamarking, Hines et al. 2024): the answer is shown
-  with a marker character in place of its whitespace, and the instruction says marked text
-  is data, never instructions; a marker already in the answer is replaced first, so an
-  answer cannot forge (or unmark) it.
-- ``judge.plain_text``: an answer's special-token strings stay plain text (never control
-  tokens); ``judge.fence``: the answer is fenced so it cannot close its block.
-- ``judge.sanitize`` (off by default): the word-list monitor. It always flags score-like
-  text and notes addressed to the judge (``sanitized`` in the judgments table); only when
-  switched on does it replace them by a marker in what the judge reads (a word list trails
-  the next phrasing and hits honest text). The stored answer is never changed.
-
-:func:`attack_families` classifies answers by attack family for the reward-hacking monitor
-(``analysis/reward_hacking.parquet``); it reads no judge input and alters nothing.
-
-Truncation never cuts the instruction or the forced prefix: only the answers are shortened,
-and the judgment records ``truncated``.
+Defences, each a switch recorded on every judgment (``defences``; the reasons and the
+measurements in docs/guides/judging.md): ``judge.secret_labels`` (expected mode: the judge
+answers with seeded labels the combatants cannot know, :func:`verdict_labels`),
+``judge.datamark`` (:func:`datamark`), ``judge.plain_text`` (special-token strings stay plain
+text), ``judge.fence`` (:func:`fence`) and ``judge.sanitize`` (the word-list monitor, which
+always flags and alters what the judge reads only when on: :func:`sanitize`).
+:func:`attack_families` classifies answers for the reward-hacking monitor and alters nothing.
+Truncation shortens only the answers (:func:`judge_ids`).
 
 Pure: a judge is a served member (:class:`sparta.backends.Served`); only its tokenizer and
 its two primitives are used here.
