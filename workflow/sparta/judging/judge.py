@@ -66,12 +66,9 @@ def judge_duels(
 
     With ``judge.secret_labels`` (expected mode) every answer one judge scores for one prompt
     in this call (a judged set: a duel's two answers, a baseline member's K samples, SPPO's
-    pairs of one prompt) shares one label table, drawn from a seed derived from the set's
-    ``seeds`` (the run's seed and the judgments' identities; without seeds, from the answers
-    and the prompt): the same labels for every answer (pointwise) and both orders (pairwise),
-    so a judge's liking for one label cancels in every comparison within the set, as position
-    bias does, instead of becoming a preference between answers scored through different
-    tables."""
+    pairs of one prompt) shares one label table (:func:`_label_tables`), so a judge's liking
+    for one label cancels within the set, as position bias does, instead of becoming a
+    preference between answers scored through different tables."""
     if len(items) % 2:
         raise ValueError("items come in pairs: the two answers of each duel")
     pairs = cfg.format == "pairwise"
@@ -103,7 +100,11 @@ def judge_duels(
         else:
             pair = _generated_pair(outs[k : k + 2], cut[k : k + 2], pairs, rubric)
             made = [outs[k].n_tokens, outs[k + 1].n_tokens]
-        result += [_flag(pair[i], sanitized[k + i], read[k + i], made[i]) for i in (0, 1)]
+        # one model request per answer: pointwise its own, pairwise one of the duel's two orders
+        result += [
+            replace(j, sanitized=sanitized[k + i], tokens=read[k + i], requests=1, generated=made[i])
+            for i, j in enumerate(pair)
+        ]
     return result
 
 
@@ -262,11 +263,6 @@ def _pairwise(p_a: float | None, raw: str, truncated: bool) -> tuple[Judgment, J
 def _with_labels(j: Judgment, labels) -> Judgment:
     raw = {**json.loads(j.raw), "labels": list(labels)}
     return replace(j, raw=json.dumps(raw))
-
-
-def _flag(j: Judgment, sanitized: bool, tokens: int, generated: int = 0) -> Judgment:
-    """One model request per answer: pointwise its own, pairwise one of the duel's two orders."""
-    return Judgment(j.score, j.raw, j.error, j.truncated, sanitized, tokens, 1, generated)
 
 
 def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):
