@@ -275,6 +275,41 @@ def test_tie_is_dropped_and_counted():
     assert counts["tie"] == 1 and len(prefs) == 0 and hist.loc[0, "outcome"] == "tie"
 
 
+def test_a_duel_closer_than_min_gap_is_a_tie_whose_scores_still_move_the_reputations():
+    """reputation.min_gap: a duel decided by 0.4 is a tie under 0.5 (no pair), a pair under 0;
+    Eq. (1) moves the reputations by the same scores either way."""
+    from dataclasses import replace
+
+    out = {}
+    for gap in (0.0, 0.5):
+        p = replace(ReputationSettings(), min_gap=gap)
+        s = state_with(p)
+        begin_iteration(s, 1, p)
+        duels, resp, judg = _round_tables({("m2", "m0"): 6.4, ("m2", "m1"): 6.0})
+        hist, prefs, counts = aggregate_round(s, duels, resp, judg, p)
+        out[gap] = (hist.loc[0, "outcome"], len(prefs), counts["tie"], list(s.reputation))
+    assert out[0.0][:3] == ("a", 1, 0) and out[0.5][:3] == ("tie", 0, 1)
+    assert out[0.0][3] == out[0.5][3] and out[0.5][3][0] > out[0.5][3][1]
+
+
+def test_a_study_comparing_two_tie_rules_says_so():
+    from pathlib import Path
+
+    from sparta.methods import tie_rule_notes
+    from sparta.settings import Settings
+
+    from .workflow_helpers import tiny_config
+
+    base = tiny_config(Path("/nonexistent"))
+    sparta, selfr = (Settings.from_config({**base, "method": m}) for m in ("sparta", "self_rewarding"))
+    assert (
+        "different margins (baselines.min_margin: 0.5, reputation.min_gap: 0.0)"
+        in tie_rule_notes([sparta, selfr])[0]
+    )
+    same = Settings.from_config({**base, "reputation": {"min_gap": 0.5}})
+    assert tie_rule_notes([same, selfr]) == [] and tie_rule_notes([sparta]) == []
+
+
 def test_a_duel_of_two_identical_answers_moves_reputations_but_makes_no_pair():
     p = ReputationSettings()
     s = state_with(p)

@@ -171,7 +171,8 @@ def aggregate_round(
     for d, duel in enumerate(Duel(*c) for c in zip(*cols)):
         side_a, side_b, dropped = paired_scores(slots[2 * d], slots[2 * d + 1])
         s_a, n_judges = weighted_mean(side_a, state, judge_weights)
-        verdict = Verdict(s_a, weighted_mean(side_b, state, judge_weights)[0], n_judges, dropped)
+        s_b = weighted_mean(side_b, state, judge_weights)[0]
+        verdict = Verdict(s_a, s_b, n_judges, dropped, params.min_gap)
         history.append(settle_duel(state, duel, verdict, params))
         counts[verdict.outcome] += 1
         if verdict.outcome in ("a", "b"):

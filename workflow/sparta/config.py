@@ -330,6 +330,8 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
                     f"{key} differs between experiments; it is one setting of the whole study", []
                 ).append(label[exp])
     _raise_grouped(problems, list(label.values()))
+    methods = importlib.import_module(f"{__package__}.methods")  # a domain check, as CHECKS
+    notes += methods.tie_rule_notes(study.experiments.values())
     return dataclasses.replace(study, notes=tuple(dict.fromkeys(notes)))
 
 

@@ -36,6 +36,7 @@ from .matchmaking import check_pool
 
 _SQRT2 = math.sqrt(2.0)
 ADDED_RANDOM_LABELS = "random_labels null arm"
+ADDED_MIN_GAP = "one tie rule across methods"
 """What added ``reputation.labels`` and ``labels_seed`` (``setting(added=...)``)."""
 
 
@@ -191,6 +192,16 @@ class ReputationSettings:
         le=2147483647,
         help="Seed of the labels: random coin; null: the run's seed.",
         added=ADDED_RANDOM_LABELS,
+    )
+    min_gap: float = setting(
+        0.0,
+        ge=0,
+        le=9,
+        help="A duel whose two weighted scores differ by less than this (on the judges' 1-10 scale) "
+        "is a tie: no preference pair; Eq. (1) still moves the reputations by the scores. 0: only equal "
+        "scores tie, as in the paper. A study that compares Sparta with the baselines sets it to "
+        "baselines.min_margin, so that every method drops near-equal pairs alike.",
+        added=ADDED_MIN_GAP,
     )
     downweight_gamma: float = setting(
         0.1,
@@ -421,10 +432,12 @@ def update(
     return k, state.reputation[a], state.deviation[a], state.reputation[b], state.deviation[b]
 
 
-def decide(score_a: float | None, score_b: float | None) -> str:
+def decide(score_a: float | None, score_b: float | None, min_gap: float = 0.0) -> str:
     if score_a is None or score_b is None:
         return "no_verdict"
-    return "a" if score_a > score_b else "b" if score_b > score_a else "tie"
+    if score_a == score_b or abs(score_a - score_b) < min_gap:
+        return "tie"
+    return "a" if score_a > score_b else "b"
 
 
 @dataclass(frozen=True)
@@ -447,11 +460,12 @@ class Verdict:
     score_b: float | None
     n_judges: int = 0
     dropped: int = 0
+    min_gap: float = 0.0  # reputation.min_gap: a closer duel is a tie
 
     @property
     def outcome(self) -> str:
         """a, b, tie or no_verdict."""
-        return decide(self.score_a, self.score_b)
+        return decide(self.score_a, self.score_b, self.min_gap)
 
 
 def _standing(state: PoolState, a: int, b: int, when: str) -> dict:

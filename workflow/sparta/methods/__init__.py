@@ -72,6 +72,25 @@ def problems(settings, root, notes: list[str]) -> list[str]:
     return _needs(settings, root, notes)
 
 
+def tie_rule_notes(runs) -> list[str]:
+    """A study whose methods decide ties by different settings' values (Sparta's
+    ``reputation.min_gap``, the self-judging baselines' ``baselines.min_margin``): its comparison
+    also compares two tie rules."""
+    rules = {}
+    for settings in runs:
+        name = get(settings.method).tie_setting
+        if name:
+            section, key = name.split(".")
+            rules.setdefault(name, set()).add(getattr(getattr(settings, section), key))
+    if len(rules) < 2 or len({v for values in rules.values() for v in values}) < 2:
+        return []
+    told = ", ".join(f"{k}: {', '.join(map(str, sorted(v)))}" for k, v in sorted(rules.items()))
+    return [
+        f"the methods compared drop near-equal pairs by different margins ({told}): set them equal "
+        "(e.g. reputation.min_gap to baselines.min_margin) to compare the methods under one tie rule"
+    ]
+
+
 def _needs(settings, root, notes: list[str]) -> list[str]:
     from ..pool import judge_model_problems
 

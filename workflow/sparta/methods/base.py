@@ -47,6 +47,8 @@ class Method:
     """Whether members judge other members' answers (the judges' label accuracy applies)."""
     judgment_kinds: tuple[str, ...] = ("score",)
     """Kinds of the judgments table's rows the method writes (the analysis counts each)."""
+    tie_setting: str | None = None
+    """The setting below which a gap of two judged scores makes no pair (a tie), if any."""
 
     # --- answers ---------------------------------------------------------------------------
 

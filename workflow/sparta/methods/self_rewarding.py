@@ -25,6 +25,7 @@ from .base import Method, best_and_worst_pairs, mean_judgment
 class SelfRewarding(Method):
     name = "self_rewarding"
     default_samples = 4
+    tie_setting = "baselines.min_margin"
     default_length_control: float | tuple[float, ...] | None = None
     """rho (or a schedule of rho by iteration) of the pairs' length control when
     ``baselines.length_control`` is null (None: off)."""

@@ -27,6 +27,7 @@ class Sparta(Method):
     unread = ("baselines",)  # rules/common.smk, baselines(): None in every Sparta job
     default_samples = 1
     judges_label_accuracy = True
+    tie_setting = "reputation.min_gap"
 
     def samples(self, samples: int | None) -> int:
         return 1  # the two combatants answer once
