@@ -44,10 +44,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}{hint}\n")
 
 
-def _read_files(files: list[Path], kind: str) -> pd.DataFrame:
-    return tables.read_many(files, kind) if files else tables.empty(kind)
-
-
 def _iteration_dir(path: str) -> Path:
     folder = Path(path)
     if not folder.is_dir():
@@ -85,11 +81,11 @@ def cmd_pairs(args) -> pd.DataFrame:
     prefs = (
         tables.read(merged, "preferences")
         if merged.exists()
-        else _read_files(layout.round_files(folder, "preferences.parquet"), "preferences")
+        else tables.read_many(layout.round_files(folder, "preferences.parquet"), "preferences")
     )
-    judgments = _read_files(layout.round_files(folder, "judgments/*.parquet"), "judgments")
+    judgments = tables.read_many(layout.round_files(folder, "judgments/*.parquet"), "judgments")
     prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
-    states = _read_files(layout.round_files(folder, "state.parquet"), "state")
+    states = tables.read_many(layout.round_files(folder, "state.parquet"), "state")
     members = sorted(set(states["member"]))
     for flag, name in (("--member", args.member), ("--trainee", args.trainee)):
         if name and members and name not in members:
@@ -174,15 +170,15 @@ def cmd_show(args) -> dict:
     folder = run.iteration(int(m.group(1)))
     if not folder.is_dir():
         raise CLIError(f"iteration {int(m.group(1))} has not started in {run.path}")
-    duels = _read_files(layout.round_files(folder, "duels.parquet"), "duels")
+    duels = tables.read_many(layout.round_files(folder, "duels.parquet"), "duels")
     duel = duels[duels["duel_id"] == args.duel_id]
     if len(duel) == 0:
         raise CLIError(f"no duel {args.duel_id} in {folder}")
     d = duel.iloc[0]
     rnd = folder / layout.round_name(int(d["round"]))
-    responses = _read_files(sorted(rnd.glob("responses/*.parquet")), "responses")
-    judgments = _read_files(sorted(rnd.glob("judgments/*.parquet")), "judgments")
-    history = _read_files(sorted(rnd.glob("history.parquet")), "history")
+    responses = tables.read_many(sorted(rnd.glob("responses/*.parquet")), "responses")
+    judgments = tables.read_many(sorted(rnd.glob("judgments/*.parquet")), "judgments")
+    history = tables.read_many(sorted(rnd.glob("history.parquet")), "history")
     answers = responses[responses["duel_id"] == args.duel_id].set_index("member")["response"].to_dict()
     js = judgments[judgments["duel_id"] == args.duel_id]
     h = history[history["duel_id"] == args.duel_id]
@@ -307,7 +303,11 @@ def parser() -> argparse.ArgumentParser:
     """The ``sparta`` command's parser (the CLI reference page is generated from it)."""
     ap = Parser(prog="sparta", description="Inspect a Sparta run.", expected=EXPECTED["sparta"])
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pairs", help="list the preference pairs of an iteration", expected=EXPECTED["pairs"])
+
+    def command(name: str, about: str) -> Parser:
+        return sub.add_parser(name, help=about, expected=EXPECTED[name])
+
+    p = command("pairs", "list the preference pairs of an iteration")
     p.add_argument("iteration_dir", help="results/<experiment>/iter_<t>")
     p.add_argument("--member", help="pairs where this member won or lost")
     p.add_argument("--min-margin", type=float)
@@ -320,16 +320,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="OUT.parquet",
         help="also write the pairs as TRL's conversational DPO data (prompt with the run's system prompt)",
     )
-    s = sub.add_parser(
-        "standings", help="reputations and deviations per round", expected=EXPECTED["standings"]
-    )
+    s = command("standings", "reputations and deviations per round")
     s.add_argument("run", help="results/<experiment>")
-    d = sub.add_parser("show", help="one duel: prompt, answers, every judgment", expected=EXPECTED["show"])
+    d = command("show", "one duel: prompt, answers, every judgment")
     d.add_argument("duel_id")
     d.add_argument("--run", help="results/<experiment> (default: the only one under ./results)")
-    c = sub.add_parser(
-        "config", help="every setting of a config, defaults filled in (YAML)", expected=EXPECTED["config"]
-    )
+    c = command("config", "every setting of a config, defaults filled in (YAML)")
     c.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
     c.add_argument(
         "--configfile",
@@ -338,15 +334,9 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="merged over the base, in order (several files, as snakemake's --configfile)",
     )
-    e = sub.add_parser(
-        "export",
-        help="a member as a PEFT adapter folder or a merged model folder",
-        expected=EXPECTED["export"],
-    )
+    e = command("export", "a member as a PEFT adapter folder or a merged model folder")
     _export_arguments(e)
-    k = sub.add_parser(
-        "compare", help="a study's comparison table with its intervals", expected=EXPECTED["compare"]
-    )
+    k = command("compare", "a study's comparison table with its intervals")
     k.add_argument("study", help="results/<study>")
     for command in (p, s, d, c, e, k):
         command.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -50,9 +50,6 @@ MIN_SEEDS_FOR_SEED_INTERVAL = 5
 points is too wide to help and too sensitive to one odd run)."""
 
 
-# --- selection -------------------------------------------------------------------------------
-
-
 def selected_items(evaluation: pd.DataFrame, member: str, checkpoint: int, task: str) -> pd.Series:
     """Test scores per item of one member at one checkpoint on a task."""
     rows = evaluation[
@@ -95,9 +92,6 @@ def candidates(evaluation: pd.DataFrame, initial: pd.DataFrame, task: str, selec
     if select_from == "final":
         return later[later["checkpoint"] == later["checkpoint"].max()] if len(later) else later
     return pd.concat([initial[initial["task"] == task], later], ignore_index=True)
-
-
-# --- the table -------------------------------------------------------------------------------
 
 
 def _joined(values: dict[int, str]) -> str | None:
@@ -411,8 +405,6 @@ def cost(
         .drop(columns="seed")
     )
 
-
-# --- text ------------------------------------------------------------------------------------
 
 SELECTION_WORDS = {
     "all": "best on validation among every member at every evaluated checkpoint (initial pool included)",

@@ -4,11 +4,9 @@ and the tokens DPO trains on; then GPU-hours at the throughputs of :data:`RATES`
 
     python -m sparta.cost workflow/configs/paper.yaml [more configs ...] [--json]
 
-The configs are merged over config.yaml in order, as Snakemake's ``--configfile`` merges them
-(:func:`sparta.study.merge`), checked against the schema (:func:`sparta.config.validate`) and
-expanded into the runs of a study (:func:`sparta.study.expand`), as ``sparta config`` reads
-them. The checks of the world (:func:`sparta.config.load_study`: model folders, downloads) are
-not made: a cost is wanted before anything is downloaded.
+The configs are read as ``sparta config`` reads them (:func:`read_config`), without the checks
+of the world (:func:`sparta.config.load_study`: model folders, downloads): a cost is wanted
+before anything is downloaded.
 
 The tokens come from :mod:`sparta.workload`, which says how each method counts them; every
 assumption is printed with the figures. Pure: no model, no tokenizer.
@@ -36,9 +34,6 @@ from .workload import GENERATING, Assumptions, Tokens
 
 class CostError(ValueError):
     """A config the cost model cannot read; the message says what to fix."""
-
-
-# --- the throughput table -------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -86,9 +81,6 @@ def rate(kind: str, size: str, backend: str, device: str) -> Rate:
     if not rows:
         raise CostError(f"no throughput for {kind} at {size} with {backend} in sparta.cost.RATES")
     return next((r for r in rows if r.device == device), rows[0])
-
-
-# --- a run ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -181,9 +173,6 @@ def read_config(paths: Sequence[str | Path], base: str | Path = "config.yaml") -
         return validate(read_config_files([base, *paths]))
     except ConfigError as e:
         raise CostError(str(e)) from None
-
-
-# --- output -------------------------------------------------------------------------------------
 
 
 def _figures(run: RunCost, tokens: Tokens) -> dict:

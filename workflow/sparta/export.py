@@ -70,9 +70,6 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
     return member, iteration
 
 
-# --- finding the member's base and adapter ---------------------------------------------------
-
-
 def base_candidates(run: Path, stored: str) -> list[Path]:
     """Where a member's local base may be, in order: the path its member.json names, then a
     folder of that name in ``_bases/`` of the run and of every folder above it, or in
@@ -108,9 +105,6 @@ def given_base(value: str) -> str:
     raise ExportError(f"--base {value}: no such folder, and not a hub id (ORG/NAME)")
 
 
-# --- what the folder records about its base --------------------------------------------------
-
-
 def folder_digest(folder: str | os.PathLike) -> str:
     """Content digest of a model folder: sha256 over ``<relative path>\\0<sha256 of the file>\\n``
     of every file, in sorted order (hidden files and folders left out). Two folders with the
@@ -124,9 +118,6 @@ def folder_digest(folder: str | os.PathLike) -> str:
         with open(f, "rb") as fh:
             lines.append(f"{rel.as_posix()}\0{hashlib.file_digest(fh, 'sha256').hexdigest()}\n")
     return hashlib.sha256("".join(lines).encode()).hexdigest()
-
-
-# --- writing the folder ----------------------------------------------------------------------
 
 
 @contextlib.contextmanager

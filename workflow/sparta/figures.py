@@ -345,9 +345,6 @@ def comparison(table: pd.DataFrame, cost: pd.DataFrame):
     return fig
 
 
-# --- the concepts page's figure of Eq. (1) (python -m sparta.docgen --figures) ---------------
-
-
 def eq1(path: Path) -> Path:
     """Eq. (1)'s three factors and the down-weighting schedule, computed by the code that
     runs them (:mod:`sparta.reputation`), as an SVG."""

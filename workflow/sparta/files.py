@@ -21,9 +21,8 @@ def umask() -> int:
 
 
 def follow_umask(folder: Path) -> None:
-    """Give every file and folder under ``folder`` the mode a new file gets (0666 and 0777 less
-    the umask): libraries write some files 0600 through temporary files (safetensors' adapter
-    weights among them), copies keep theirs. So a colleague can read a shared run."""
+    """Give every file and folder under ``folder`` the mode a new one gets (copies keep
+    theirs; libraries write some 0600)."""
     mask = umask()
     folder = Path(folder)
     folder.chmod(0o777 & ~mask)
@@ -33,8 +32,7 @@ def follow_umask(folder: Path) -> None:
 
 def write_folder(folder: str | os.PathLike, writer: Callable[[Path], object]) -> Path:
     """``writer(tmp)`` fills a temporary folder beside ``folder`` that then takes its place
-    whole (a killed job never leaves a folder that looks complete), everything in it with the
-    umask's modes (:func:`follow_umask`: a model's safetensors weights are written 0600)."""
+    whole (a killed job never leaves a folder that looks complete), with the umask's modes."""
     folder = Path(folder)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

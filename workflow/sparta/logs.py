@@ -6,6 +6,7 @@ traceback only on the console), so every failed job's log ends with its error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -25,12 +26,10 @@ def setup(log_path: str | None, threads: int | None = None) -> logging.Logger:
     sys.excepthook = _log_uncaught
     if threads:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-        try:
+        with contextlib.suppress(ImportError):
             import torch
 
             torch.set_num_threads(int(threads))
-        except ImportError:
-            pass
     return logging.getLogger("sparta")
 
 

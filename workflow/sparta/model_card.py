@@ -59,10 +59,8 @@ def _gguf_facts(path: Path) -> dict:
             facts[key] = str(field.contents())
     field = reader.fields.get("general.file_type")
     if field is not None:
-        try:
+        with contextlib.suppress(ValueError):
             facts["quantization"] = gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_")
-        except ValueError:
-            pass
     return facts
 
 
@@ -81,10 +79,8 @@ def base_provenance(run: Path, base: str) -> dict:
         out = {"kind": "gguf", "package": spec["gguf_package"], "file": spec["gguf_file"]}
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out["version"] = importlib.metadata.version(spec["gguf_package"])
-        try:
+        with contextlib.suppress(ModelFileError):  # the package is gone since the run: the card says less
             out.update(_gguf_facts(gguf_path(spec["gguf_package"], spec["gguf_file"])))
-        except ModelFileError:  # the package is gone since the run: the card says less
-            pass
         return out
     return {"kind": "folder"}
 
@@ -198,14 +194,8 @@ def model_card(run: Path, spec: MemberSpec, checkpoint: int, written: Written) -
         *_use_section(settings.get("system_prompt"), written.merged or spec.adapter is None),
     ]
     if settings:
-        lines += [
-            "",
-            "## Settings of the run",
-            "",
-            "```yaml",
-            yaml.safe_dump(settings, sort_keys=False).rstrip(),
-            "```",
-        ]
+        written_settings = yaml.safe_dump(settings, sort_keys=False).rstrip()
+        lines += ["", "## Settings of the run", "", "```yaml", written_settings, "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -237,13 +227,9 @@ def _card_metadata(
 
 def _what_it_is(run: Path, settings: dict, spec: MemberSpec, checkpoint: int, written: Written) -> list[str]:
     """The card's "What it is": run, member, checkpoint, form, and the selections that picked it."""
-    form = (
-        f"merged into its base (plain transformers model, {written.dtype})"
-        if written.merged
-        else "PEFT LoRA adapter"
-        if spec.adapter is not None
-        else "its base alone"
-    )
+    form = "PEFT LoRA adapter" if spec.adapter is not None else "its base alone"
+    if written.merged:
+        form = f"merged into its base (plain transformers model, {written.dtype})"
     lines = [
         "",
         "## What it is",
@@ -255,12 +241,10 @@ def _what_it_is(run: Path, settings: dict, spec: MemberSpec, checkpoint: int, wr
     ]
     picked = selections_of(run, spec.name, checkpoint)
     for s in picked:
-        tie = (
-            f"; a {s['tied']}-way tie on validation, broken by the earliest checkpoint, then the"
-            " member's name"
-            if s["tied"] > 1
-            else "; no tie on validation"
-        )
+        tie = "; no tie on validation"
+        if s["tied"] > 1:
+            broken = "broken by the earliest checkpoint, then the member's name"
+            tie = f"; a {s['tied']}-way tie on validation, {broken}"
         lines.append(
             f"- task {s['task']}: {_stage_words(s['stage'], s['select_from'])}, validation "
             f"{_fmt(s['validation'])}, test {_fmt(s['test'])}{tie}"

@@ -164,9 +164,6 @@ def prompts_per_iteration(s: Settings, n: Lengths) -> int:
     return min(s.prompts.per_iteration, alignment)
 
 
-# --- the stages of an iteration -----------------------------------------------------------------
-
-
 def _answers(count: int, n: Lengths) -> Tokens:
     return Tokens(generated=count * n.answer, read=count * (n.overhead + n.instruction))
 

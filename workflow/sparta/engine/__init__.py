@@ -136,12 +136,9 @@ _state = {"installed": False, "run_dirs": ()}
 
 
 def install(workflow, run: str, kind: str, target, shared_bases=(), run_dirs=()) -> bool:
-    """Install every change for this snakemake process: planning (every process), run locks
-    of ``run`` (a ``kind``: experiment or study) in the main process, kept outputs of a failing
-    rerun (every process), integrity of the finished files of ``target`` and the rules whose
-    jobs are ``shared_bases`` (main process). ``run_dirs``: where :func:`started` looks for
-    what an interrupted run set aside. Return False, changing nothing, under
-    ``SPARTA_ENGINE=plain``."""
+    """Install every change for this snakemake process (each part says in which processes it
+    acts). ``run_dirs``: where :func:`started` looks for what an interrupted run set aside.
+    Return False, changing nothing, under ``SPARTA_ENGINE=plain``."""
     from snakemake.exceptions import WorkflowError
 
     from . import integrity, keep, locks, planning

@@ -123,8 +123,6 @@ def check(root: Path, paths) -> tuple[list[str], list[str]]:
     return damaged, missing
 
 
-# --- snakemake, in the main process --------------------------------------------------------------
-
 _state = {"damaged": set(), "installed": False}
 
 
@@ -157,9 +155,6 @@ def install(workflow, paths) -> None:
             self.forcefiles.update(_state["damaged"])
 
     DAG.__init__ = __init__
-
-
-# --- shared bases: part of the target, rebuilt without retraining what uses them --------------
 
 
 def shared_bases(workflow, rules) -> None:

@@ -104,8 +104,6 @@ def _say(line: str) -> None:
     print(f"sparta: {line}", file=sys.stderr, flush=True)
 
 
-# --- snakemake's jobs, in every snakemake process ---------------------------------------------
-
 _original = {}
 
 

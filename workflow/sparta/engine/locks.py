@@ -36,7 +36,7 @@ import re
 import socket
 import sys
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
 from . import require
@@ -63,22 +63,19 @@ def _flock(fd: int, path: Path) -> None:
     has no flock, close ``fd`` and raise :class:`NoFlock`."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise
     except OSError as e:
-        if e.errno not in NO_FLOCK:
+        if e.errno not in NO_FLOCK:  # BlockingIOError among them: held
             raise
         os.close(fd)
         raise NoFlock(f"flock fails on {path} with {errno.errorcode.get(e.errno, e.errno)}") from None
 
-
-# --- the lock of the lock registry, reentrant within this process ---------------------------
 
 _registry = {"fd": None, "depth": 0}
 
 
 @contextmanager
 def registry(folder: Path):
+    """The lock of the lock registry, reentrant within this process."""
     if _registry["depth"] == 0:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(folder / REGISTRY, os.O_RDWR | os.O_CREAT, 0o664)
@@ -105,9 +102,6 @@ def registry(folder: Path):
         if _registry["depth"] == 0:
             os.close(_registry["fd"])  # closing releases the lock
             _registry["fd"] = None
-
-
-# --- records -----------------------------------------------------------------------------------
 
 
 def _read(fd: int) -> dict:
@@ -208,10 +202,8 @@ def clear_stale(
             for name in names:
                 files[name].unlink(missing_ok=True)
             if fd is not None and record.get("lock_files"):
-                try:
+                with suppress(OSError):  # read-only: the claims no longer match any file anyway
                     _write(fd, {**record, "lock_files": {}})
-                except OSError:  # read-only: the claims no longer match any file anyway
-                    pass
             if names:
                 removed.update(names)
                 lines.append(describe(record))
@@ -247,13 +239,11 @@ _run = {"name": None, "kind": "run", "fd": None, "path": None, "owner": {}}
 def _owner() -> dict:
     """pid, host, start time and command of this process."""
     pid, started, command = os.getpid(), time.time(), sys.argv
-    try:
+    with suppress(Exception):  # psutil comes with snakemake; without it, the time of the parse
         import psutil
 
         process = psutil.Process(pid)
         started, command = process.create_time(), process.cmdline()
-    except Exception:  # psutil comes with snakemake; without it, the time of the parse
-        pass
     return {
         "run": _run["name"],
         "kind": _run["kind"],

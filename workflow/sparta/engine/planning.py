@@ -92,11 +92,9 @@ GC_THRESHOLDS = (100_000, 50, 1000)
 
 
 def install() -> list[str]:
-    """Use :class:`SuffixOutputIndex` for the DAGs Snakemake builds from now on and set the
-    garbage collector's thresholds (:data:`GC_THRESHOLDS`) for this snakemake process (a job's
-    script runs in a process of its own): the same plan as Snakemake's own code, faster.
-    Return the parts this Snakemake keeps its own code for, where it lacks what a part
-    replaces (sparta.engine says which, once)."""
+    """Use :class:`SuffixOutputIndex` and :data:`GC_THRESHOLDS` in this snakemake process (a
+    job's script runs in a process of its own). Return the parts this Snakemake keeps its own
+    code for, where it lacks what a part replaces."""
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
