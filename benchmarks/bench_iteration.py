@@ -2,7 +2,10 @@
 12 duels), in both fan-outs, stage by stage: wall and CPU time, combat tokens/s, judgments/s,
 DPO steps/s, and the ratio pool / member.
 
-    python benchmarks/bench_iteration.py [--cores 2] [--cache results/_bench]
+    python benchmarks/bench_iteration.py [--cores 2] [--cache results/_bench] [--round-only]
+
+``--round-only``: combat, judging and aggregation, no DPO (the round a user waits for between
+two trainings; with `yes > /dev/null` beside it, the round under load).
 
 The four adapters come from the default's own SFT, run once into the cache folder (a few
 minutes the first time). Each fan-out then runs in a fresh working folder: the tables and
@@ -64,7 +67,7 @@ def adapters(cache: Path, cores: int) -> dict[str, str]:
     return {m: str(exp / m / "adapter") for m in MEMBERS}
 
 
-def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int) -> dict:
+def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int, dpo: bool = True) -> dict:
     work = cache / f"iteration_{fanout}"
     shutil.rmtree(work, ignore_errors=True)
     cfg = default_config()
@@ -88,6 +91,8 @@ def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int) -> d
         "aggregate": [f"{rnd}/history.parquet", "results/bench/iter_1/preferences.parquet"],
         "dpo": [f"results/bench/iter_1/members/{m}/member.json" for m in MEMBERS],
     }
+    if not dpo:
+        stages.pop("dpo")
     figures: dict[str, float] = {}
     for stage, targets in stages.items():
         figures[f"{stage}_wall_s"], figures[f"{stage}_cpu_s"] = snakemake(work, config, cores, *targets)
@@ -100,7 +105,8 @@ def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int) -> d
     figures["dpo_steps"] = pairs * len(MEMBERS)  # 1 epoch, batch 1
     figures["combat_tokens_per_s"] = figures["tokens"] / figures["combat_wall_s"]
     figures["judgments_per_s"] = figures["judgments"] / figures["judge_wall_s"]
-    figures["dpo_steps_per_s"] = figures["dpo_steps"] / figures["dpo_wall_s"]
+    if dpo:
+        figures["dpo_steps_per_s"] = figures["dpo_steps"] / figures["dpo_wall_s"]
     figures["round_wall_s"] = sum(figures[f"{s}_wall_s"] for s in ("combat", "judge", "aggregate"))
     return figures
 
@@ -111,11 +117,13 @@ def main() -> None:
     ap.add_argument("--cache", default=str(REPO / "results" / "_bench"))
     ap.add_argument("--fanouts", default="member,pool")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--round-only", action="store_true", help="combat, judging, aggregation: no DPO")
     args = ap.parse_args()
     cache = Path(args.cache).resolve()
     cache.mkdir(parents=True, exist_ok=True)
     given = adapters(cache, args.cores)
-    results = {f: run_fanout(f, cache, given, args.cores) for f in args.fanouts.split(",")}
+    dpo = not args.round_only
+    results = {f: run_fanout(f, cache, given, args.cores, dpo) for f in args.fanouts.split(",")}
     rows = [
         ("combat wall / CPU s", "combat_wall_s", "combat_cpu_s"),
         ("judging wall / CPU s", "judge_wall_s", "judge_cpu_s"),
@@ -134,6 +142,8 @@ def main() -> None:
     print(f"one default iteration on {args.cores} cores (12 duels, 4 members, adapters given)")
     print(f"{'':40}" + "".join(f"{n:>18}" for n in names) + ("   pool/member" if len(names) == 2 else ""))
     for label, wall, cpu in rows:
+        if wall not in results[names[0]]:
+            continue  # --round-only: no DPO
         cells = []
         for n in names:
             r = results[n]
@@ -142,7 +152,7 @@ def main() -> None:
         if len(names) == 2:
             ratio = f"   {results['pool'][wall] / results['member'][wall]:.2f}"
         print(f"{label:40}" + "".join(f"{c:>18}" for c in cells) + ratio)
-    for stage in ("combat", "judge", "aggregate", "dpo"):  # cores used: CPU-s / wall-s
+    for stage in ("combat", "judge", "aggregate", *([] if args.round_only else ["dpo"])):  # CPU-s / wall-s
         used = "".join(
             f"{results[n][f'{stage}_cpu_s'] / results[n][f'{stage}_wall_s']:>18.2f}" for n in names
         )
