@@ -93,11 +93,9 @@ class MetaRewarding(SelfRewarding):
 
     def judging_warnings(self, judge, baselines) -> list[str]:
         why = no_judge_pairs(judge, baselines)
-        return (
-            [f"meta_rewarding: no judge pair can form: {why}; the members train on actor pairs only"]
-            if why
-            else []
-        )
+        if not why:
+            return []
+        return [f"meta_rewarding: no judge pair can form: {why}; the members train on actor pairs only"]
 
     def judge(self, run) -> None:
         asked, each, n_each = self.judge_own(run)
