@@ -107,14 +107,9 @@ def per_seed(text) -> dict[int, str]:
 
 def _run_initial(r, initial: dict, evaluations: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """The evaluation of a run's own initial members at checkpoint 0: ``initial`` keyed by
-    run (or, as before, by seed), restricted to the run's members when the runs table lists
+    run (or by seed), restricted to the run's members when the runs table lists
     them; the run's own checkpoint-0 rows when ``initial`` has neither."""
-    if r.run in initial:
-        table = initial[r.run]
-    elif int(r.seed) in initial:
-        table = initial[int(r.seed)]
-    else:
-        table = evaluations[r.run]
+    table = initial.get(r.run, initial.get(int(r.seed), evaluations[r.run]))
     table = table[table["checkpoint"] == 0]
     members = getattr(r, "members", None)
     if members is not None and not (np.isscalar(members) and pd.isna(members)):
@@ -190,8 +185,7 @@ def comparison(
             out.append(row)
             keys.append(row_keys)
             seed_diffs.append(row_seeds)
-    table = pd.DataFrame(out)
-    return _adjust(table, keys, seed_diffs)
+    return _adjust(pd.DataFrame(out), keys, seed_diffs)
 
 
 def _initial_pools(
@@ -327,7 +321,7 @@ def _tested(evaluation: pd.DataFrame, pick: tuple[str, int], task: str, run: str
     return items
 
 
-def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict] | None = None) -> pd.DataFrame:
+def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict]) -> pd.DataFrame:
     """Holm-Bonferroni over the family of distinct comparisons in the table (a comparison
     and its mirror, e.g. Sparta vs best init and best init vs Sparta, count once); then each
     MDE at Holm's first-step threshold of its family, and the seed-level MDEs."""
@@ -343,15 +337,11 @@ def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict] | None
                     family.setdefault(key, p)
         adjusted = dict(zip(family, holm(list(family.values()))))
         for name in COMPARISONS:
-            table[f"{name}{suffix}_holm"] = [
-                adjusted.get(row_keys[name], float("nan")) if row_keys[name] is not None else float("nan")
-                for row_keys in keys
-            ]
+            table[f"{name}{suffix}_holm"] = [adjusted.get(row_keys[name], float("nan")) for row_keys in keys]
         if suffix == "_p":
             table["family_size"] = len(family)
         else:
             seed_family = len(family)
-    seed_diffs = seed_diffs or [{} for _ in keys]
     for name in COMPARISONS:
         table[f"{name}_significant"] = (table[f"{name}_p_holm"] < ALPHA).astype(bool)
         family = int(table["family_size"].iloc[0])

@@ -320,37 +320,35 @@ def text(runs: Sequence[RunCost], a: Assumptions) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    ap = argparse.ArgumentParser(
         prog="python -m sparta.cost",
         description="Tokens and GPU-hours of every run of a config, per stage and iteration, from the "
         "config alone.",
     )
-    parser.add_argument(
+    ap.add_argument(
         "configfile", nargs="+", help="configs merged over the base in order (as snakemake's --configfile)"
     )
-    parser.add_argument(
-        "--base", default="config.yaml", help="the workflow's config file (default: config.yaml)"
-    )
-    parser.add_argument("--json", action="store_true", help="JSON for machines instead of the tables")
-    parser.add_argument(
+    ap.add_argument("--base", default="config.yaml", help="the workflow's config file (default: config.yaml)")
+    ap.add_argument("--json", action="store_true", help="JSON for machines instead of the tables")
+    ap.add_argument(
         "--fill",
         type=float,
         default=1.0,
         help="share of max_new_tokens answers and judgments use (default 1: upper bound)",
     )
-    parser.add_argument(
+    ap.add_argument(
         "--prompt-tokens",
         type=int,
         default=workload.DEFAULT_PROMPT_TOKENS,
         help="tokens of a prompt whose file is not on disk",
     )
-    parser.add_argument(
+    ap.add_argument(
         "--size", choices=sorted(SIZES), help="the models' size class (default: from the base models' names)"
     )
-    parser.add_argument(
+    ap.add_argument(
         "--device", choices=DEVICES, default="H100", help="whose throughputs to use where the table has them"
     )
-    return parser
+    return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,18 +4,15 @@
     python -m sparta.docgen             # check: exit 1 when one differs from what it would write
     python -m sparta.docgen --figures   # the concepts page's figure (docs/figures/), matplotlib
 
-Each page says it is generated (``tests/test_docgen.py`` fails when one is out of date):
-``docs/reference/config.md`` from the settings dataclasses and :mod:`sparta.schema`;
-``docs/reference/tables.md`` from :data:`sparta.tables.SCHEMAS` and the comments beside it;
-``docs/reference/cli.md`` from the argparse parsers; the compute blocks of the README and the
-paper guide from :mod:`sparta.cost`; ``docs/reference/constants.md`` and the config schema by
-:mod:`sparta.schema`. Pure: no model, no heavy import.
+Each page says it is generated (``tests/test_docgen.py`` fails when one is out of date; the
+list: :func:`outputs`). Pure: no model, no heavy import.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import re
 import sys
 import typing
@@ -257,13 +254,15 @@ def _table_comments() -> tuple[dict, dict, dict, dict]:
     each column's (beside it, or the lines above it), the section each table is under, and
     the comment beside each kind of :data:`~sparta.tables.SAME_SCHEMA`."""
     source = Path(tables.__file__).read_text().splitlines()
-    start = next(i for i, line in enumerate(source) if line.startswith("SCHEMAS"))
+
+    def block(name: str) -> list[str]:  # the lines inside tables.py's ``name = {...}``
+        start = next(i for i, line in enumerate(source) if line.startswith(name))
+        return list(itertools.takewhile(lambda line: not line.startswith("}"), source[start + 1 :]))
+
     described, notes, sections = {}, {}, {}
     pending: list[str] = []
     kind, section = None, "Run tables"
-    for line in source[start + 1 :]:
-        if line.startswith("}"):
-            break
+    for line in block("SCHEMAS"):
         head = re.match(r"\s*# --- (.+?) -*$", line)
         table = re.match(r'    "(\w+)": pa\.schema\(', line)
         comment = re.match(r"\s*# (.*)$", line)
@@ -284,15 +283,8 @@ def _table_comments() -> tuple[dict, dict, dict, dict]:
                     notes[(kind, columns[0])] = text
             if columns:
                 pending = []
-    aliases = {}
-    start = next(i for i, line in enumerate(source) if line.startswith("SAME_SCHEMA"))
-    for line in source[start + 1 :]:
-        if line.startswith("}"):
-            break
-        alias = re.match(r'\s*"(\w+)": "\w+",\s*(?:#\s*(.*))?$', line)
-        if alias:
-            aliases[alias[1]] = alias[2] or ""
-    return described, notes, sections, aliases
+    same = [re.match(r'\s*"(\w+)": "\w+",\s*(?:#\s*(.*))?$', line) for line in block("SAME_SCHEMA")]
+    return described, notes, sections, {alias[1]: alias[2] or "" for alias in same if alias}
 
 
 def _files() -> dict[str, list[str]]:
@@ -528,9 +520,6 @@ def with_compute(path: Path) -> str:
     return text
 
 
-# --- the command --------------------------------------------------------------------------------------
-
-
 def outputs() -> dict[Path, str]:
     """Every generated file and its text: the schema's and the pages of this module."""
     embedded = yaml.safe_load(schema.DEFAULT_CONFIG.read_text())
@@ -565,11 +554,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m sparta.docgen") -
         from . import figures  # matplotlib: only for the figure
 
         print(f"wrote {figures.eq1(FIGURE).relative_to(REPO)}")
-    if args.write:
-        for path in write():
-            print(f"wrote {path.relative_to(REPO)}")
-        return 0
-    if args.figures:
+    for path in write() if args.write else []:
+        print(f"wrote {path.relative_to(REPO)}")
+    if args.write or args.figures:
         return 0
     found = stale()
     for path in found:

@@ -1,19 +1,13 @@
 """Hand a member off: a checkpoint of a run as a PEFT adapter folder, or merged into its base
 as a plain transformers model folder (sharded safetensors), with a model card (README.md,
-with the Hugging Face metadata block) that says what it is and where it comes from.
-
-    sparta export results/default --member adder --iteration 2 out/adder
-    sparta export results/default --best arithmetic --merge out/best
-    sparta export results/default --member adder out/adder --base-id ORG/NAME --push ORG/adder
+with the Hugging Face metadata block) that says what it is and where it comes from
+(docs/guides/handoff.md).
 
 The folder is self-contained: the adapter names its base by a hub id (the run's base when it
 is one, or ``--base-id``) or by the base folder's absolute path, whose content digest is
 recorded (``sparta_export.yaml``, the card), so it loads from any working directory. Files
-are written with the modes the umask gives, like every other output.
-
-A run folder copied out of its results folder finds its base on its own (:func:`find_base`:
-the stored path, else ``_bases/<name>`` in the run or ``_bases/`` or ``results/_bases/`` in
-a folder above it); ``--base FOLDER`` or ``--base ORG/NAME`` names it instead.
+are written with the modes the umask gives, like every other output. A run folder copied out
+of its results folder finds its base on its own (:func:`find_base`); ``--base`` names it.
 """
 
 from __future__ import annotations
@@ -70,27 +64,19 @@ def choose(run: Path, member: str | None, iteration: int | None, best: str | Non
     return member, iteration
 
 
-def base_candidates(run: Path, stored: str) -> list[Path]:
-    """Where a member's local base may be, in order: the path its member.json names, then a
-    folder of that name in ``_bases/`` of the run and of every folder above it, or in
-    ``results/_bases/`` beside one (a run folder copied out of ``results/``, with or without
-    the converted bases)."""
+def find_base(run: Path, stored: str) -> str | None:
+    """The member's base: a hub id as it is, else the first model folder (one with a
+    config.json) of, in order, the path its member.json names, then a folder of that name in
+    ``_bases/`` of the run and of every folder above it, or in ``results/_bases/`` beside one (a
+    run folder copied out of ``results/``, with or without the converted bases); None when there
+    is none."""
+    if is_hub_id(stored):
+        return stored
     name = Path(stored).name
     found = [Path(stored)]
     for folder in [run.resolve(), *run.resolve().parents]:
         found += [folder / "_bases" / name, folder / layout.RESULTS / "_bases" / name]
-    return found
-
-
-def find_base(run: Path, stored: str) -> str | None:
-    """The member's base: a hub id as it is, else the first model folder (one with a
-    config.json) of :func:`base_candidates`; None when there is none."""
-    if is_hub_id(stored):
-        return stored
-    for folder in base_candidates(run, stored):
-        if (folder / "config.json").is_file():
-            return str(folder)
-    return None
+    return next((str(folder) for folder in found if (folder / "config.json").is_file()), None)
 
 
 def given_base(value: str) -> str:

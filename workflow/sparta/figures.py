@@ -52,6 +52,13 @@ def _err(y, low, high) -> np.ndarray:
     return np.clip(np.vstack([y - low, high - y]), 0, None)
 
 
+def _iterations(ax, x: pd.Series, ylabel: str, title: str) -> None:
+    """An axis over iterations: a tick per iteration of ``x``, the labels, the legend."""
+    ax.set_xticks(sorted(x.unique()))
+    ax.set(xlabel="iteration", ylabel=ylabel, title=title)
+    ax.legend(fontsize=8)
+
+
 def _trajectory(history: pd.DataFrame, member: str):
     """(duel step, reputation, deviation) of one member along the history, step 0 = start."""
     steps, rep, dev = [], [], []
@@ -106,8 +113,7 @@ def reputation(history: pd.DataFrame):
     ax.set_ylabel("reputation (band: +/- deviation)" if drawn else "reputation (deviations: below)")
     ax.set_title("Reputation of each member (dotted lines end an iteration)")
     ax.legend(loc="best", fontsize=8)
-    axd.set_ylabel("deviation")
-    axd.set_xlabel("duel (play order)")
+    axd.set(xlabel="duel (play order)", ylabel="deviation")
     return fig
 
 
@@ -135,9 +141,7 @@ def wins(history: pd.DataFrame):
     for i in range(len(members)):
         for j in range(len(members)):
             ax.text(j, i, int(table.iloc[i, j]), ha="center", va="center", color="black")
-    ax.set_xlabel("loser")
-    ax.set_ylabel("winner")
-    ax.set_title("Wins (row beat column)")
+    ax.set(xlabel="loser", ylabel="winner", title="Wins (row beat column)")
     ax.grid(False)
     fig.colorbar(im, ax=ax, fraction=0.046)
     return fig
@@ -152,8 +156,7 @@ def judge_scores(judgments: pd.DataFrame):
     fig, axes = _subplots(1, len(judges), figsize=(3 * len(judges), 3), sharey=True, squeeze=False)
     for ax, j in zip(axes[0], judges):
         ax.hist(usable.loc[usable["judge"] == j, "score"], bins=np.arange(1, 10.5, 0.5), color="C0")
-        ax.set_title(f"judge {j}")
-        ax.set_xlabel("score (1-10)")
+        ax.set(title=f"judge {j}", xlabel="score (1-10)")
     axes[0][0].set_ylabel("judgments")
     fig.suptitle("Scores given by each judge", y=1.04)
     return fig
@@ -162,7 +165,6 @@ def judge_scores(judgments: pd.DataFrame):
 def label_accuracy(label: pd.DataFrame, judges: pd.DataFrame | None = None):
     """Label accuracy of the collective (with its 95% interval) and of each judge, per
     iteration (``judges``: the per-judge table, analysis/judge_label_accuracy.parquet)."""
-    title = "Do the judges prefer the right answer?"
     if judges is not None and len(judges):
         label = pd.concat([label, judges], ignore_index=True) if len(label) else judges
     it = label[label["scope"] == "iteration"] if len(label) else label
@@ -178,11 +180,7 @@ def label_accuracy(label: pd.DataFrame, judges: pd.DataFrame | None = None):
         ax.plot(g["iteration"].astype(int), g["accuracy"], ".--", alpha=0.7, label=f"judge {j} (alone)")
     ax.axhline(0.5, color="grey", ls=":", label="chance")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_xticks(sorted(x.unique()))
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("label accuracy (informative pairs)")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    _iterations(ax, x, "label accuracy (informative pairs)", "Do the judges prefer the right answer?")
     return fig
 
 
@@ -195,12 +193,8 @@ def diversity(div: pd.DataFrame):
     for col, name in names:
         if col in div and div[col].notna().any():
             ax.plot(div["iteration"], div[col], "o-", label=name)
-    ax.set_xticks(sorted(div["iteration"].unique()))
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("mean distance between the two answers of a duel")
     ax.set_ylim(bottom=0)
-    ax.set_title("Response diversity")
-    ax.legend(fontsize=8)
+    _iterations(ax, div["iteration"], "mean distance between the two answers of a duel", "Response diversity")
     return fig
 
 
@@ -220,11 +214,7 @@ def reward_hacking(table: pd.DataFrame):
     for n, c in zip(x, table["pairs"]):
         ax.annotate(f"n={c}", (n, 0), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_ylim(-0.05, 1.05)
-    ax.set_xticks(sorted(x.unique()))
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("share flagged by an attack family")
-    ax.set_title("Are the members learning to talk to the judges?")
-    ax.legend(fontsize=8)
+    _iterations(ax, x, "share flagged by an attack family", "Are the members learning to talk to the judges?")
     return fig
 
 
@@ -252,10 +242,8 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
     for a in (ax, axm):
         a.set_xlabel("iteration")
         a.legend(fontsize=7)
-    ax.set_ylabel("DPO reward accuracy (training pairs)")
-    ax.set_title("DPO: chosen rewarded above rejected")
-    axm.set_ylabel("DPO reward margin (chosen - rejected)")
-    axm.set_title("DPO: reward margin")
+    ax.set(ylabel="DPO reward accuracy (training pairs)", title="DPO: chosen rewarded above rejected")
+    axm.set(ylabel="DPO reward margin (chosen - rejected)", title="DPO: reward margin")
     if len(held_out):
         members = sorted(held_out["member"].unique())
         iterations = sorted(held_out["iteration"].unique())  # one before/after pair per DPO
@@ -277,8 +265,7 @@ def training(log: pd.DataFrame, held_out: pd.DataFrame):
         axh.text(0.5, 0.5, "one iteration only: no next iteration's pairs", ha="center", va="center")
         axh.set_title("Held-out pairs")
     axh.axhline(0.5, color="grey", ls=":", lw=1)
-    axh.set_ylim(0, 1.05)
-    axh.set_ylabel("chosen likelier than rejected (share)")
+    axh.set(ylim=(0, 1.05), ylabel="chosen likelier than rejected (share)")
     axh.legend(fontsize=8)
     return fig
 
@@ -298,9 +285,7 @@ def evaluation(scores: pd.DataFrame | None):
             ax.plot(g["checkpoint"], g["score"], "o-", label=m)
         metric = val.loc[val["task"] == task, "metric"].iloc[0]
         ax.set_xticks(sorted(val["checkpoint"].unique()))
-        ax.set_xlabel("checkpoint (0 = initial pool)")
-        ax.set_ylabel(f"validation {metric}")
-        ax.set_title(task)
+        ax.set(xlabel="checkpoint (0 = initial pool)", ylabel=f"validation {metric}", title=task)
         ax.legend(fontsize=8)
     return fig
 

@@ -204,7 +204,6 @@ def _card_metadata(
 ) -> str:
     """The card's Hugging Face metadata block (YAML): base, relation, license, library, tags."""
     merged, hub_base = written.merged, written.hub_base
-
     method = settings.get("method", "sparta")
     tags = ["sparta", "sparta-alignment"]
     tags += ["dpo"] if checkpoint > 0 else []

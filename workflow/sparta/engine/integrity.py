@@ -71,18 +71,6 @@ def record(root: Path, path: str, workdir: str | os.PathLike = ".") -> None:
     _write(root, path, rec)
 
 
-def _parquet_unreadable(path: str) -> str | None:
-    if not path.endswith(".parquet"):
-        return None
-    try:
-        import pyarrow.parquet as pq
-
-        pq.read_metadata(path)
-    except Exception as e:  # a truncated or overwritten table: no footer
-        return f"not a readable Parquet table ({str(e).splitlines()[0][:120]})"
-    return None
-
-
 def damage(root: Path, path: str) -> str | None:
     """Why a finished file is damaged (None: it is not, or it is missing). A file without a
     record gets one."""
@@ -90,9 +78,13 @@ def damage(root: Path, path: str) -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    unreadable = _parquet_unreadable(path)
-    if unreadable:
-        return unreadable
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+
+            pq.read_metadata(path)
+        except Exception as e:  # a truncated or overwritten table: no footer
+            return f"not a readable Parquet table ({str(e).splitlines()[0][:120]})"
     rec = _read(root, path)
     if rec is None:
         record(root, path)
@@ -159,15 +151,13 @@ def install(workflow, paths) -> None:
 
 def shared_bases(workflow, rules) -> None:
     """Jobs of ``rules`` (convert_gguf: a shared base) rerun without making the jobs that use
-    their outputs rerun with them. Snakemake reruns every job downstream of a job that runs,
-    whatever its output turns out to be: so deleting ``results/_bases/<base>`` (a cache, to the
-    eye) would retrain every member. Instead, while Snakemake decides what runs, these jobs
-    are not seen as feeding their consumers: a deleted base is rebuilt (it is part of the
-    target) and its consumers still wait for it, but they rerun only for reasons of their own.
-    One of them is content: a consumer whose base file is newer than its outputs reruns when
-    the file's checksum differs from the one Snakemake recorded (it does for files under 1 MB,
-    such as the base's config.json), so a base rebuilt with the same bytes retrains nothing.
-    Only in snakemake's main process."""
+    their outputs rerun with them: Snakemake reruns every job downstream of a job that runs, so
+    deleting ``results/_bases/<base>`` (a cache, to the eye) would retrain every member. While
+    Snakemake decides what runs, these jobs are hidden from their consumers: a deleted base is
+    rebuilt (it is part of the target), its consumers wait for it but rerun only for reasons of
+    their own, such as a base file whose checksum differs from the one Snakemake recorded (for
+    files under 1 MB, such as config.json), so a base rebuilt with the same bytes retrains
+    nothing. Only in snakemake's main process."""
     if not workflow.is_main_process:
         return
     from snakemake.dag import DAG

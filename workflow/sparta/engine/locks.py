@@ -220,14 +220,12 @@ def clear_stale(
 
 def live_runs(folder: Path, skip: Path | None = None) -> list[dict]:
     """The records of the runs whose lock a live process holds. Call under :func:`registry`."""
-    live, fds = [], []
+    live = []
     for record, fd in _runs(folder, skip):
         if fd is None:
             live.append(record)
         else:
-            fds.append(fd)
-    for fd in fds:
-        os.close(fd)
+            os.close(fd)
     return live
 
 
@@ -322,17 +320,14 @@ def _overlap_message(persistence, folder: Path) -> str:
             unknown |= name not in owners
             owner = owners.get(name, f"a snakemake whose owner is not recorded ({path})")
             held.append(f"  {owner}: {', '.join(sorted(clash)[:3])}{' ...' if len(clash) > 3 else ''}")
+    unlock = " A lock file of no recorded owner was left by a snakemake killed while taking its locks: "
+    unlock += "snakemake --unlock removes it (and never a live run's)."
     return (
         f"sparta: {_run['kind']} {_run['name']!r} cannot start: a live snakemake in {folder.parent} "
         "writes or reads files that this run would write:\n"
         + "\n".join(dict.fromkeys(held) or ["  (the lock files changed meanwhile)"])
         + "\nWait for it to finish, then run this command again."
-        + (
-            " A lock file of no recorded owner was left by a snakemake killed while taking its "
-            "locks: snakemake --unlock removes it (and never a live run's)."
-            if unknown
-            else ""
-        )
+        + (unlock if unknown else "")
     )
 
 
