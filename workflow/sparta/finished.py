@@ -29,7 +29,6 @@ import dataclasses
 import json
 import re
 import sys
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import yaml
 
 from . import layout
+from .fields import unwrap
 from .methods import get as get_method
 from .settings import Settings, SettingsError
 
@@ -100,9 +100,7 @@ def _roundtrip(data: dict) -> dict:
 def _known(hint: Any, value: Any) -> Any:
     """``value`` without the keys the settings type ``hint`` no longer has (removed from sparta
     since the run was made: no current job reads them)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _known(inner[0], value) if len(inner) == 1 else value
+    hint = unwrap(hint)
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
         hints = typing.get_type_hints(hint)
         return {k: _known(hints[k], v) for k, v in value.items() if k in hints}

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from .fields import BOUNDS, MISSING, choices
+from .fields import BOUNDS, MISSING, choices, unwrap
 from .reputation import PRESETS
 from .settings import NAME, Settings
 
@@ -161,11 +160,8 @@ def _scalar(value: Any) -> bool:
 
 def _optional(hint: Any) -> tuple[Any, bool]:
     """The hint without None, and whether None was allowed."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        (only,) = inner
-        return only, len(inner) < len(typing.get_args(hint))
-    return hint, False
+    only = unwrap(hint)
+    return only, only is not hint
 
 
 def _json_type(kind: type) -> str:

@@ -217,8 +217,11 @@ class Study:
 
     @property
     def settings(self) -> StudySettings:
-        """The settings of the whole study (:data:`STUDY_WIDE`)."""
-        return study_settings(self)
+        """The settings of the whole study (:data:`STUDY_WIDE`), read from its first experiment
+        (the config's checks make them the same in every experiment)."""
+        first = next(iter(self.experiments.values()))
+        values = {f.name: getattr(first, f.name) for f in dataclasses.fields(StudySettings)}
+        return StudySettings(**{**values, "dpo_fanout": first.dpo_fanout or first.fanout})
 
 
 StudySettings = subset(
@@ -230,14 +233,6 @@ StudySettings = subset(
     "``dpo_fanout`` resolved (``fanout`` when unset) and ``dtype`` the first experiment's (what "
     "the check of the local device trains in).",
 )
-
-
-def study_settings(study: Study) -> StudySettings:
-    """The study-wide settings of a study, read from its first experiment (the config's checks
-    make them the same in every experiment)."""
-    first = next(iter(study.experiments.values()))
-    values = {f.name: getattr(first, f.name) for f in dataclasses.fields(StudySettings)}
-    return StudySettings(**{**values, "dpo_fanout": first.dpo_fanout or first.fanout})
 
 
 def _init_data(settings: Settings) -> dict:
@@ -330,15 +325,8 @@ def expand(config: dict) -> Study:
     section = config.pop("study", None)
     if section is None:
         s = Settings.from_config(config)
-        return Study(
-            s.experiment,
-            {s.experiment: s},
-            {s.experiment: s.experiment},
-            {},
-            False,
-            {s.experiment: config},
-            {s.experiment: s.experiment},
-        )
+        e = s.experiment
+        return Study(e, {e: s}, {e: e}, {}, False, {e: config}, {e: e})
     name = config["experiment"]
     overlays = section.get("experiments") or {}
     experiments: dict[str, Settings] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..fields import MAX_TOKENS as MAX_TOKENS
-from ..fields import setting, subset
+from ..fields import setting, subset, unwrap
 from ..matchmaking import MatchSettings
 from ..members import MemberSpec
 from ..reputation import ReputationSettings
@@ -321,10 +321,8 @@ def build(cls: type, data: Any, where: str) -> Any:
 def _convert(hint: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _convert(inner[0], value, where) if len(inner) == 1 else value
+        inner = unwrap(hint)
+        return value if value is None or inner is hint else _convert(inner, value, where)
     if dataclasses.is_dataclass(hint):
         return build(hint, value, where)
     if origin is tuple:

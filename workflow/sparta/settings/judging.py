@@ -9,6 +9,9 @@ from typing import Literal
 
 from ..fields import MAX_TOKENS, inherit, setting
 
+NO_DEFENCE = {"source": "sparta", "authors": "(their code: none)"}
+"""The constants table's source of a judging defence, which the authors' code does not have."""
+
 Answer = Literal["number", "boxed"]
 """How an answer is read: a GSM8K-style number, or MATH's \\boxed{}."""
 
@@ -108,8 +111,7 @@ class _Judging:
         "text, never as control tokens. On by default: on 256 duels with a SmolLM2-135M judge it "
         "changed no judgment (label accuracy +0.0 [+0.0, +0.0]).",
         constant="judging defence: plain-text tokens",
-        source="sparta",
-        authors="(their code: none)",
+        **NO_DEFENCE,
     )
     secret_labels: bool = setting(
         False,
@@ -119,8 +121,7 @@ class _Judging:
         "duels with a SmolLM2-135M judge it changed label accuracy by -3.9 points [-12.5, +4.7], an "
         "interval reaching below -5 (docs: Results, judging).",
         constant="judging defence: secret verdict labels",
-        source="sparta",
-        authors="(their code: none)",
+        **NO_DEFENCE,
     )
     datamark: bool = setting(
         False,
@@ -129,8 +130,7 @@ class _Judging:
         "instructions. Off by default: on 256 duels with a SmolLM2-135M judge it changed label "
         "accuracy by -0.8 points [-6.2, +4.7], an interval reaching below -5 (docs: Results, judging).",
         constant="judging defence: datamarking",
-        source="sparta",
-        authors="(their code: none)",
+        **NO_DEFENCE,
     )
     sanitize: bool = setting(
         False,
@@ -138,8 +138,7 @@ class _Judging:
         "addressed to the judge are replaced by [removed] (off: it only flags, the judgments' "
         "sanitized column; the stored answer is never changed).",
         constant="judging monitor: word-list sanitiser (flags only)",
-        source="sparta",
-        authors="(their code: none)",
+        **NO_DEFENCE,
     )
     fence: bool = setting(
         True,
@@ -147,8 +146,7 @@ class _Judging:
         "On by default: on 256 duels with a SmolLM2-135M judge it changed label accuracy by -1.2 "
         "points [-3.5, +1.2], within 5 points either way.",
         constant="judging defence: fence",
-        source="sparta",
-        authors="(their code: none)",
+        **NO_DEFENCE,
     )
     max_length: int = setting(
         1024,
