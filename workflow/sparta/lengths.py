@@ -14,7 +14,6 @@ so what is skipped never depends on whether a base was converted when snakemake 
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import pandas as pd
 
 from . import hub
 from .chat import chat_text, load_tokenizer
-from .modelfiles import ModelFileError, gguf_context_length, gguf_path
+from .modelfiles import ModelFileError, gguf_context_length, gguf_path, read_json
 
 
 class PromptTooLong(ValueError):
@@ -115,11 +114,8 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length",
 
 def context_length(folder: Path) -> int | None:
     """The context length a model folder's config.json states (None where it states none)."""
-    try:
-        data = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    for section in (data, data.get("text_config") or {}) if isinstance(data, dict) else ():
+    data = read_json(folder / "config.json") or {}
+    for section in (data, data.get("text_config") or {}):
         for key in CONTEXT_KEYS:
             value = section.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:

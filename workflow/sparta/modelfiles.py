@@ -103,29 +103,23 @@ def safetensors_header(path: Path) -> dict[str, dict]:
     path = Path(path)
     size = path.stat().st_size
     if size < 8:
-        raise ModelFileError(f"{path} is empty or truncated ({size} bytes): copy or download it again")
+        raise ModelFileError(f"{path} is empty or truncated ({size} bytes): {AGAIN}")
     with path.open("rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         if n > HEADER_LIMIT or 8 + n > size:
-            raise ModelFileError(
-                f"{path} is not a safetensors file or is truncated: copy or download it again"
-            )
+            raise ModelFileError(f"{path} is not a safetensors file or is truncated: {AGAIN}")
         try:
             header = json.loads(f.read(n))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ModelFileError(
-                f"{path} has no readable safetensors header: copy or download it again"
-            ) from None
+            header = None
     if not isinstance(header, dict):
         raise ModelFileError(f"{path} has no readable safetensors header: {AGAIN}")
     tensors = {k: v for k, v in header.items() if k != "__metadata__"}
     if not tensors:
-        raise ModelFileError(f"{path} holds no tensors: copy or download it again")
+        raise ModelFileError(f"{path} holds no tensors: {AGAIN}")
     end = max(int(v["data_offsets"][1]) for v in tensors.values())
     if 8 + n + end > size:
-        raise ModelFileError(
-            f"{path} is truncated ({size} bytes of {8 + n + end}): copy or download it again"
-        )
+        raise ModelFileError(f"{path} is truncated ({size} bytes of {8 + n + end}): {AGAIN}")
     return tensors
 
 
@@ -154,7 +148,7 @@ def base_shapes(folder: Path) -> dict[str, list[int]] | None:
     return _shapes(str(Path(folder).resolve()), stamp)
 
 
-def _read_json(path: Path) -> dict | None:
+def read_json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
@@ -166,7 +160,7 @@ def has_chat_template(folder: Path) -> bool:
     folder = Path(folder)
     if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
         return True
-    config = _read_json(folder / "tokenizer_config.json") or {}
+    config = read_json(folder / "tokenizer_config.json") or {}
     return bool(config.get("chat_template"))
 
 
@@ -175,7 +169,7 @@ def model_problems(folder: Path, key: str) -> list[str]:
     empty, no chat template (every prompt and every training example goes through it)."""
     folder = Path(folder)
     problems = []
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     if config is None:
         return [f"{key}: {folder / 'config.json'} is not a JSON object: copy or download the model again"]
     arch = config.get("architectures") or []
@@ -263,13 +257,13 @@ def module_names(folder: Path) -> set[str] | None:
     names = list(shapes or ())
     if not names:
         for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-            names = list((_read_json(folder / index) or {}).get("weight_map") or {})
+            names = list((read_json(folder / index) or {}).get("weight_map") or {})
             if names:
                 break
     if not names:
         return None
     found = {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(1, len(parts))}
-    if (_read_json(folder / "config.json") or {}).get("tie_word_embeddings", True):
+    if (read_json(folder / "config.json") or {}).get("tie_word_embeddings", True):
         found.add("lm_head")
     return found
 
@@ -298,7 +292,7 @@ def target_problems(folder: Path, base: Path | None, key: str) -> tuple[list[str
     """The target modules of the adapter in ``folder`` against the modules of ``base``: a
     problem when none is there (PEFT refuses the adapter: made for another base model), a
     note when some are not (PEFT adapts the others, as when it was trained)."""
-    config = _read_json(Path(folder) / "adapter_config.json")
+    config = read_json(Path(folder) / "adapter_config.json")
     if config is None or base is None or not Path(base).is_dir():
         return [], []
     names = module_names(Path(base))
@@ -400,12 +394,9 @@ def backend_adapter_problems(folder: Path, key: str, backend: str) -> list[str]:
     if backend != "vllm":
         return []
     path = Path(folder) / "adapter_config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    config = read_json(path)
+    if config is None:
         return []  # the folder check reports it
-    if not isinstance(config, dict):
-        return []
     return [
         f"{key}: {path}: {p}; backend: vllm cannot serve this adapter: use backend: hf, or an adapter "
         "without it"

@@ -119,9 +119,7 @@ class Settings:
         shared=("pool",),
     )
     device: Device = setting(
-        "auto",
-        help="Where models run; auto picks CUDA when present.",
-        shared=("pool", "study"),
+        "auto", help="Where models run; auto picks CUDA when present.", shared=("pool", "study")
     )
     dtype: Dtype = setting(
         "auto",
@@ -159,27 +157,13 @@ class Settings:
         "pool (one job trains every member one after another on one base load); null follows fanout.",
         shared=("study",),
     )
-    vllm: VLLMSettings = setting(
-        factory=VLLMSettings,
-        help=VLLMSettings.__doc__,
-        shared=("pool", "study"),
-    )
+    vllm: VLLMSettings = setting(factory=VLLMSettings, help=VLLMSettings.__doc__, shared=("pool", "study"))
     resources: ResourceSettings = setting(
-        factory=ResourceSettings,
-        help=ResourceSettings.__doc__,
-        shared=("study",),
+        factory=ResourceSettings, help=ResourceSettings.__doc__, shared=("study",)
     )
     base_models: dict[str, BaseModel] = setting(factory=dict, help=BaseModel.__doc__)
-    sft: SFTSettings = setting(
-        factory=SFTSettings,
-        help=SFTSettings.__doc__,
-        shared=("pool",),
-    )
-    lora: LoraSettings = setting(
-        factory=LoraSettings,
-        help=LoraSettings.__doc__,
-        shared=("pool",),
-    )
+    sft: SFTSettings = setting(factory=SFTSettings, help=SFTSettings.__doc__, shared=("pool",))
+    lora: LoraSettings = setting(factory=LoraSettings, help=LoraSettings.__doc__, shared=("pool",))
     matchmaking: MatchSettings = setting(factory=MatchSettings, help=MatchSettings.__doc__)
     reputation: ReputationSettings = setting(factory=ReputationSettings, help=ReputationSettings.__doc__)
     generation: GenerationSettings = setting(factory=GenerationSettings, help=GenerationSettings.__doc__)
@@ -217,10 +201,6 @@ class Settings:
     @property
     def runtime(self) -> Runtime:
         return Runtime(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Runtime)})
-
-    @property
-    def model_backend(self) -> BackendSettings:
-        return BackendSettings(self.backend, self.vllm)
 
     @property
     def member_names(self) -> list[str]:
@@ -347,12 +327,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
 
 def section_data(settings: Settings, *names: str) -> dict[str, Any]:
     """Rule params for the named sections (keys of :data:`SECTIONS`), as plain data."""
+    derived = {"runtime": settings.runtime, "backend": BackendSettings(settings.backend, settings.vllm)}
     out = {}
     for name in names:
         if name not in SECTIONS:
             raise KeyError(f"unknown settings section {name!r}; known: {sorted(SECTIONS)}")
-        value = {"runtime": settings.runtime, "backend": settings.model_backend}.get(name)
-        out[name] = as_data(value if value is not None else getattr(settings, name), params=True)
+        out[name] = as_data(derived.get(name) or getattr(settings, name), params=True)
     return out
 
 

@@ -61,21 +61,9 @@ CHECKPOINTING = "Recompute activations in the backward pass: less GPU memory, sl
 class DPOSettings:
     """DPO of every member on all pairs of its iteration (authors' values)."""
 
-    beta: float = setting(
-        0.1,
-        gt=0,
-        le=10,
-        help="DPO beta.",
-        constant="DPO beta",
-        source="authors' code",
-    )
+    beta: float = setting(0.1, gt=0, le=10, help="DPO beta.", constant="DPO beta", source="authors' code")
     learning_rate: float = setting(
-        1e-6,
-        gt=0,
-        le=1,
-        help="Peak learning rate.",
-        constant="DPO learning rate",
-        source="paper / authors",
+        1e-6, gt=0, le=1, help="Peak learning rate.", constant="DPO learning rate", source="paper / authors"
     )
     lr_scheduler: Scheduler = setting(
         "cosine",
@@ -92,12 +80,7 @@ class DPOSettings:
         source="authors' code",
     )
     weight_decay: float = setting(
-        1e-5,
-        ge=0,
-        le=1,
-        help="AdamW weight decay.",
-        constant="DPO weight decay",
-        source="authors' code",
+        1e-5, ge=0, le=1, help="AdamW weight decay.", constant="DPO weight decay", source="authors' code"
     )
     epochs: float = setting(
         1.0,
