@@ -3,6 +3,7 @@ tasks, and the analyses."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,42 +16,29 @@ ADDED_HUB_DATASETS = "datasets by hub id"
 """What added the ``dataset``, ``config`` and ``split`` keys (``setting(added=...)``)."""
 
 
-def rows_where_setting():
-    """The ``where`` key of a prompt set or a file task (one declaration, a field each)."""
-    return setting(
-        None,
+SHARED = {
+    "where": dict(
         help="Only the rows whose columns hold these values: {column: value or [values]} (MATH's "
-        "difficulty bins: {level: [Level 1, Level 2]}).",
-        added=ADDED_HUB_DATASETS,
-    )
-
-
-def hub_config_setting():
-    """The ``config`` key of a hub prompt set or task (one declaration, a field each)."""
-    return setting(
-        None,
+        "difficulty bins: {level: [Level 1, Level 2]})."
+    ),
+    "config": dict(
         help="The hub dataset's config (subset); null: the dataset's only one (over an inherited config).",
         schema={"type": ["string", "null"]},
-        added=ADDED_HUB_DATASETS,
-    )
-
-
-def prompt_template_setting():
-    return setting(
-        None,
+    ),
+    "prompt_template": dict(
         help='Build each prompt from its row: a text with {column} fields (e.g. "{Story}\\nCountry: '
         '{Country}"; {options[A]} indexes a mapping or list column); prompt_column must still name a '
-        "column of text.",
-        added=ADDED_HUB_DATASETS,
-    )
+        "column of text."
+    ),
+    "answer_map": dict(
+        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}."
+    ),
+}
+"""Keys of a prompt set and of a task, declared once here (a dataclass field each: :func:`shared`)."""
 
 
-def answer_map_setting():
-    return setting(
-        None,
-        help="Map each answer (case ignored) to what the metric reads, e.g. {yes: A, no: B, neutral: C}.",
-        added=ADDED_HUB_DATASETS,
-    )
+def shared(key: str) -> Any:
+    return setting(None, added=ADDED_HUB_DATASETS, **copy.deepcopy(SHARED[key]))  # YAML: no anchors
 
 
 @dataclass(frozen=True)
@@ -70,7 +58,7 @@ class PromptSettings:
         schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
-    config: str | None = hub_config_setting()
+    config: str | None = shared("config")
     split: str = setting(
         "train",
         help="The hub dataset's split that is the prompt set (the paper's X: train).",
@@ -94,9 +82,9 @@ class PromptSettings:
     per_iteration: int = setting(
         1000, ge=1, help="Prompts (duels) per iteration.", constant="prompts per iteration", source="paper"
     )
-    where: dict[str, Any] | None = rows_where_setting()
-    prompt_template: str | None = prompt_template_setting()
-    answer_map: dict[str, Any] | None = answer_map_setting()
+    where: dict[str, Any] | None = shared("where")
+    prompt_template: str | None = shared("prompt_template")
+    answer_map: dict[str, Any] | None = shared("answer_map")
     too_long: Literal["skip", "stop"] = setting(
         "skip",
         help="A prompt that, through the chat template, leaves less than generation.max_new_tokens of "
@@ -155,13 +143,13 @@ class TaskSpec:
         schema={"type": ["string", "null"]},
         added=ADDED_HUB_DATASETS,
     )
-    config: str | None = hub_config_setting()
+    config: str | None = shared("config")
     split: str = setting(
         "test", help="The hub dataset's split that is evaluated (halved).", added=ADDED_HUB_DATASETS
     )
-    where: dict[str, Any] | None = rows_where_setting()
-    prompt_template: str | None = prompt_template_setting()
-    answer_map: dict[str, Any] | None = answer_map_setting()
+    where: dict[str, Any] | None = shared("where")
+    prompt_template: str | None = shared("prompt_template")
+    answer_map: dict[str, Any] | None = shared("answer_map")
     prompt_column: str = setting("prompt", help="Column holding the question.")
     answer_column: str | None = setting(
         None, help="Column holding the reference answer (exact_match) or letter (multiple_choice)."
