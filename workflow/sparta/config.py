@@ -20,7 +20,7 @@ import math
 import re
 from pathlib import Path
 
-from .fields import BOUNDS, bounds_text, unwrap
+from .fields import BOUNDS, MISSING, bounds_text
 from .lengths import prompt_budget as prompt_budget  # split_prompts.py's import
 from .settings import ConfigError as ConfigError
 from .settings import Settings, SettingsError
@@ -411,8 +411,6 @@ def _check_backend(settings: Settings) -> list[str]:
 
 # --- a user's pool under the embedded default -----------------------------------------------
 
-_NO_DEFAULT = object()
-
 
 def _leaves(node: dict, prefix: str = ""):
     for key, value in node.items():
@@ -436,26 +434,11 @@ def _sets(config: dict, dotted: str) -> bool:
 
 
 def setting_default(dotted: str):
-    """The default sparta's settings dataclasses give a dotted key (a sentinel when the key
-    has none: a required key, or one inside a list)."""
-    import typing
+    """The default sparta's settings dataclasses give a dotted key (MISSING when the key has
+    none: a required key, a section, or one inside a list)."""
+    from .schema import defaults
 
-    cls = Settings
-    parts = dotted.split(".")
-    for i, part in enumerate(parts):
-        if not dataclasses.is_dataclass(cls):
-            return _NO_DEFAULT
-        found = {f.name: f for f in dataclasses.fields(cls)}.get(part)
-        if found is None:
-            return _NO_DEFAULT
-        if i < len(parts) - 1:  # a section: descend into its dataclass
-            cls = unwrap(typing.get_type_hints(cls)[part])
-            continue
-        if found.default is not dataclasses.MISSING:
-            return found.default
-        if found.default_factory is not dataclasses.MISSING:
-            return found.default_factory()
-    return _NO_DEFAULT
+    return defaults().get(dotted, MISSING)
 
 
 def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
@@ -476,7 +459,7 @@ def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
         if key.split(".")[0] in skip or _sets(user, key):
             continue
         default = setting_default(key)
-        if default is _NO_DEFAULT or _same(value, default):
+        if default is MISSING or _same(value, default):
             continue
         if isinstance(value, list):
             names = [v.get("name") for v in value if isinstance(v, dict) and v.get("name")]

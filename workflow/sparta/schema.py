@@ -21,6 +21,7 @@ Pure: no model, no heavy import.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import typing
 from pathlib import Path
@@ -277,6 +278,12 @@ def _settings(cls: type, prefix: str = "", instance: Any = None):
             yield from _settings(hint, f"{key}.", None if default is MISSING else default)
         else:
             yield key, f, hint, default
+
+
+@functools.cache
+def defaults() -> dict[str, Any]:
+    """Every setting's default by dotted key (MISSING: a required key); not to be changed."""
+    return {key: default for key, _, _, default in _settings(Settings)}
 
 
 def _lookup(config: dict, key: str) -> Any:
