@@ -1,12 +1,6 @@
 """Evaluation of a served member on a task (tasks load in tasks.py, metrics live in
-metrics.py). The member is any backend's (:mod:`sparta.backends`); nothing here imports
-torch.
-
-Metrics, one scorer each (registered in :data:`SCORERS` by metric name: a new metric is one
-more scorer): ``exact_match`` (generate, extract the number or the last \\boxed{}),
-``multiple_choice`` (generate, extract the letter), ``truthfulqa_mc`` (MC1/MC2 from the
-log-likelihood of each option, no generation), ``judge_score`` (a judge model scores the
-answer 0-10 against a reference, by the same expected-score method as cross-judging).
+metrics.py), one scorer per metric (:data:`SCORERS`: a new metric is one more scorer). The
+member is any backend's (:mod:`sparta.backends`); nothing here imports torch.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """A finished run and new settings under its name: stopped before any job, unless asked.
 
-Each run records its settings in ``results/<run>/settings.yaml`` (rule record_settings). A
-config that reuses the name of a finished run with other settings would have Snakemake rebuild
-what they change ("Params have changed") and replace the finished files without a word.
-:func:`check` (rules/common.smk, when the workflow is loaded) stops such a run instead, naming
-each run, the settings that differ (dotted keys, old -> new) and what the folder holds, and
-the two ways on: a new experiment name, or ``replace_finished: true`` (``--config
-replace_finished=true``) to rebuild it. A dry run stops too: it shows what the run would do,
-and with the switch it lists the jobs that would rerun.
-
-Finished: the folder holds settings.yaml, final_state.parquet (written after a run's last
-round) and the last checkpoint (member.json) of every member settings.yaml records. A run
-stopped part way is resumed as before: rerunning with a setting changed is how one fixes it.
-
-Keys that change no output never stop a run (:data:`NO_OUTPUT`): experiment trackers
-(``train``), cluster resources (``resources``), the switch itself, and the sections the run's
-method never reads (``Method.unread``: ``baselines`` in a Sparta run). Every other key counts,
-as Snakemake would rerun the jobs it reaches. Settings added to sparta after a run was made
-count at their defaults only when set otherwise (the recorded settings are read back through
-:class:`Settings`).
+A config that reuses the name of a finished run with other settings would have Snakemake
+rebuild what they change ("Params have changed") and replace the finished files without a
+word; :func:`check` (rules/common.smk, when the workflow is loaded) stops such a run instead,
+dry runs too. Keys that change no output never stop a run (:data:`NO_OUTPUT`, and the
+sections the method never reads, ``Method.unread``). A run stopped part way is resumed as
+before: rerunning with a setting changed is how one fixes it.
 
 Pure: reads settings.yaml and looks for files; no model, no heavy import.
 """

@@ -12,16 +12,10 @@ section listing experiments as overlays of it and the seeds to run each with::
         no_updates: {reputation: {updates: false}}
 
 Every (experiment, seed) is a run of its own under ``results/<study>/<experiment>-seed<s>/``.
-What does not depend on the method (the prompt splits, the initial pool with its SFT, and
-the evaluation of that pool) is built once per seed, in ``results/<study>/_init-seed<s>/``,
-and shared by every experiment of the seed (per member: a pool-size experiment shares the
-members it has). Only the settings that make the pool or the splits (:data:`INIT_KEYS`)
-decide what is shared: an overlay of other keys (the method, ``evaluation.*`` but the tasks
-and judge, ``prompts.reference_column``) shares the seed's pool. A seed whose experiments
-would need two different initial pools stops with a message, unless the experiments with a
-pool of their own change the members (pool-size experiments): a study compares methods on
-one initial pool per seed. A config without ``study`` is one experiment, its own initial
-pool.
+What does not depend on the method (:data:`INIT_KEYS`: the prompt splits, the initial pool
+with its SFT, and its evaluation) is built once per seed in ``results/<study>/_init-seed<s>/``
+and shared by every experiment of the seed: a study compares methods on one initial pool per
+seed (:func:`_initial_pools` says when a seed would need two).
 
 Pure: no model.
 """

@@ -14,25 +14,15 @@ graded verdict without sampling. What it forces: with secret labels (``judge.sec
 them the rubric's own prefix (``{"score": `` for Sparta's judge, ``Score: `` for the additive
 one) or ``{"better": "`` (pairwise).
 
-Defences, each a switch recorded on every judgment (``defences``; the reasons and the
-measurements in docs/guides/judging.md): ``judge.secret_labels`` (expected mode: the judge
-answers with seeded labels the combatants cannot know, :func:`verdict_labels`),
-``judge.datamark`` (:func:`datamark`), ``judge.plain_text`` (special-token strings stay plain
-text), ``judge.fence`` (:func:`fence`) and ``judge.sanitize`` (the word-list monitor, which
-always flags and alters what the judge reads only when on: :func:`sanitize`).
-:func:`attack_families` classifies answers for the reward-hacking monitor and alters nothing.
-Truncation shortens only the answers (:func:`judge_ids`).
+Defences, each a switch recorded on every judgment (:mod:`~sparta.judging.defence`; the
+reasons and the measurements in docs/guides/judging.md).
 
 Pure: a judge is a served member (:class:`sparta.backends.Served`); only its tokenizer and
 its two primitives are used here.
 
-The package, one concern per module, each importing only those listed before it:
-:mod:`~sparta.judging.parse` (reading a verdict from a judge's text),
-:mod:`~sparta.judging.defence` (the defences and the word-list monitor),
-:mod:`~sparta.judging.attacks` (the attack families),
-:mod:`~sparta.judging.prompts` (the prompts, rubrics, records and a judge's request),
-:mod:`~sparta.judging.judge` (judging itself). Every name is re-exported here, so callers
-import from :mod:`sparta.judging`.
+One concern per module (docs/development/architecture.md lists them), each importing only
+those listed there before it; every name is re-exported here, so callers import from
+:mod:`sparta.judging`.
 """
 
 from .attacks import FAMILIES, attack_families
