@@ -151,18 +151,6 @@ def _check_empty(out: Path) -> None:
         raise ExportError(f"{out} exists and is not empty: choose a new folder")
 
 
-def _make_folder(out: Path) -> None:
-    """Create ``out`` and write a file into it, so a folder we cannot write stops the export
-    before any model is loaded."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".sparta-write-check"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
-
-
 def _chosen(
     run: Path, member: str | None, iteration: int | None, best: str | None, merge: bool, base: str | None
 ) -> tuple[str, int, MemberSpec]:
@@ -206,7 +194,13 @@ def _write_model(
         base_folder, adapter_folder = hub.local(spec.base, manifest), hub.local(spec.adapter, manifest)
     except hub.HubError as e:
         raise ExportError(str(e)) from None
-    _make_folder(out)
+    probe = out / ".sparta-write-check"  # a folder we cannot write stops before any model is loaded
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose a folder you can write") from None
     tok = load_tokenizer(base_folder)
     dtype_name = None
     if merge:

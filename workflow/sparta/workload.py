@@ -67,7 +67,6 @@ def tokens_of(chars: float) -> int:
 @functools.cache
 def templates() -> dict[str, int]:
     """Tokens of each judge prompt's own text (without the prompt and answers filled in)."""
-    # Sparta's rubric has no template of its own: its judge prompt is JUDGE_PROMPT
     text = {name: (r.template or JUDGE_PROMPT).format(prompt="", response="") for name, r in RUBRICS.items()}
     text["pairwise"] = PAIRWISE_PROMPT.format(prompt="", a="", b="")
     text["meta"] = META_PROMPT.format(user="", a="", b="")

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import require
+from .internals import require
 
 FOLDER = "sparta-integrity"  # under snakemake's persistence folder (.snakemake)
 

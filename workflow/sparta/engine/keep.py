@@ -28,7 +28,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import integrity, require
+from . import integrity
+from .internals import require
 
 FOLDER = "sparta-previous"  # under snakemake's persistence folder (.snakemake)
 INDEX = "outputs.json"  # in a job's folder: path -> key of Snakemake's metadata record

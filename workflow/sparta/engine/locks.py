@@ -39,7 +39,7 @@ import time
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 
-from . import require
+from .internals import require
 
 REGISTRY = "sparta.flock"
 REGISTRY_WAIT = 120  # seconds
