@@ -1,22 +1,12 @@
-"""Models and adapters by Hugging Face hub id: ``hf://<org>/<name>[@<revision>]``.
+"""Models, adapters and datasets by Hugging Face hub id: ``hf://<org>/<name>[@<revision>]``.
 
 Wherever a model or adapter folder is accepted (``base_models.*.path``, ``members[].base``,
 ``members[].adapter``, ``baselines.annotator``, ``evaluation.judge``) a hub id may stand
-instead. Rule ``hub_download`` (a local rule: it runs where snakemake runs, the login node
-with the network on a cluster) downloads every id of a run once into the Hugging Face cache
-with ``huggingface_hub.snapshot_download`` and writes the manifest
-(:func:`sparta.layout.hub_manifest`, table kind ``hub_manifest``: id, requested revision,
-resolved commit, kind, files, size). Member files keep the id; model jobs resolve it with
-:func:`local` to the snapshot folder of the manifest's commit, in the cache alone
-(``local_files_only``; the workflow sets ``HF_HUB_OFFLINE=1`` for its jobs): a job never
-touches the network. A repo with ``adapter_config.json`` is an adapter, one with
-``config.json`` a full model.
-
-Datasets (``prompts.dataset``, ``evaluation.tasks[].dataset``: ``<org>/<name>[@<revision>]``,
-held as ``hf://datasets/<org>/<name>[@<revision>]``) are downloaded by the same rule into the
-same cache (kind ``dataset``); rule ``hub_dataset`` then loads one (config, split) of the
-snapshot with ``datasets.load_dataset`` and writes it once to Parquet under ``results/_data/``
-(:func:`sparta.layout.hub_dataset`), the file every job reads.
+instead; a prompt set or task may name a hub ``dataset``. Rule ``hub_download`` (a local rule:
+it runs where snakemake runs, the login node with the network on a cluster) downloads every id
+of a run once into the Hugging Face cache and writes the manifest; jobs read the cache alone,
+at the commit the manifest recorded (:func:`local`, :func:`load_split`; the workflow sets
+``HF_HUB_OFFLINE=1`` for its jobs): a job never touches the network.
 """
 
 from __future__ import annotations

@@ -15,9 +15,7 @@ A run (one experiment, or a study's shared initial pool) is a folder ``results/<
     report/<figure>.png, settings.yaml, reputation_history.parquet, final_state.parquet
     logs/..., benchmarks/...
 
-Shared by every run: ``results/_bases/<base>/`` (converted GGUF bases) and
-``results/_hub/manifest.parquet`` (the hf:// hub ids downloaded into the Hugging Face cache) and
-``results/_data/<dataset>--<config>--<split>.parquet`` (hub datasets, one file per split read).
+Shared by every run: ``results/_bases/``, ``results/_hub/`` and ``results/_data/`` (below).
 
 Every function takes the run id and numbers, and returns the path as a string relative to the
 workflow's working directory; given wildcards (``"{exp}"``, ``"{t}"``) it returns the rule's

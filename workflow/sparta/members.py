@@ -1,15 +1,10 @@
 """A member: :class:`MemberSpec`, the one member type, in the config (an initial member) and
 on disk (a checkpoint's ``member.json``: its base model and its PEFT adapter).
 
-``{"name", "base", "adapter"}``: ``base`` is a Hugging Face model folder (or a hub id,
-``org/name`` or ``hf://org/name[@revision]``, kept as it is), ``adapter`` a PEFT adapter
-folder, an ``hf://`` hub id (kept as it is; model jobs resolve it, sparta.hub), or null.
-Paths are stored relative to the ``member.json``'s own folder where that keeps a moved
-results folder whole: an adapter inside that folder, and a base inside the results root
-(``results/_bases/<base>``: ``"../../../../_bases/smollm2"``) when the writer names the
-root; anything else (a base under ``/models``) stays absolute. A stored base that starts
-with ``./`` or ``../`` is relative; older files, with absolute bases, read as before. So a
-results folder copied or moved as a whole (``cp -a results elsewhere/``) keeps working.
+A ``member.json`` stores a path relative to its own folder where that keeps a moved results
+folder whole (an adapter inside that folder, a base inside the results root; anything else
+stays absolute, a hub id as it is), so a results folder copied or moved as a whole (``cp -a
+results elsewhere/``) keeps working.
 Pure: no model is loaded.
 """
 

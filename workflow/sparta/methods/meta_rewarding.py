@@ -34,16 +34,12 @@ Judge pairs (section 2.3), for each prompt of each member:
 Judge pairs are capped as NVIDIA NeMo-Aligner's implementation of self- and meta-rewarding
 caps them (read in nemo_aligner/experimental/self_rewarding/self_rewarding.py, branch
 degert/self-rewarding-trt, commit de145a5a of 2025-05-01, its conf/gpt_self_rewarding.yaml and
-docs/user-guide-experimental/self_rewarding.rst): a cap on the share of each chosen score
-(``baselines.judge_score_share``, its ``meta_max_relative_pcnt``), then either a share of the
-member's pairs (``judge_pair_cap: share``, ``judge_pair_share``, its ``meta_judge_pcnt``, whose
-guide recommends at most 0.15) or NeMo's per-score limit (``per_score``);
-:func:`capped_judge_pairs` states each rule. NeMo swaps judge pairs into a training batch of
-fixed size; here they are added beside the actor pairs (no usable actor pair is given up), so
-under ``share`` the cap is on the share of the pairs kept.
-
-No judge pair can form under greedy judging or, in generate mode, one judgment per answer
-(:func:`no_judge_pairs`: a note at the config check, a warning in the judge job's log).
+docs/user-guide-experimental/self_rewarding.rst): a cap on the share of each chosen score,
+then a share of the member's pairs or NeMo's per-score limit, each rule stated in
+:func:`capped_judge_pairs`. NeMo swaps judge pairs into a training batch of fixed size; here
+they are added beside the actor pairs (no usable actor pair is given up), so under ``share``
+the cap is on the share of the pairs kept. Greedy judging, or one judgment per answer in
+generate mode, forms no judge pair (:func:`no_judge_pairs`).
 
 Actor and judge pairs train together with DPO.
 
