@@ -1,13 +1,6 @@
-"""Checks of a config that run before any job.
-
-:func:`check_config_files` reads every config file again and refuses a key written twice
-(PyYAML keeps the second silently); :func:`validate` checks the config against
-``workflow/schemas/config.schema.yaml`` (types, bounds, typos; generated from the settings
-dataclasses by ``python -m sparta.docgen --write``); :func:`load` builds the typed
-:class:`~sparta.settings.Settings` and :func:`check` then looks at the world, gathering the
-checks of the modules that use each setting (:data:`CHECKS`: model folders and adapters,
-prompt files, tasks, the method's needs, contexts) and those of the optional packages. Every
-message names the config key or file to fix.
+"""Checks of a config that run before any job: its files (a key written twice), the schema
+(:func:`validate`), then the world (:func:`check`, gathering the checks of the modules that use
+each setting, :data:`CHECKS`). Every message names the config key or file to fix.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The config schema and the constants page, generated from the settings dataclasses.
 
 Every setting is declared once, as a field of :class:`sparta.settings.Settings` (and of the
-dataclasses it holds) with :func:`sparta.fields.setting`. This module makes what follows from
-those declarations; :mod:`sparta.docgen` writes it with every other generated page::
-
-    python -m sparta.docgen --write   # workflow/schemas/config.schema.yaml, docs/reference/constants.md
-                                      # and the other generated pages
-    python -m sparta.docgen           # check: exit 1 when one differs from what it would write
-
-A field becomes a schema property: its type (``X | None`` may be null, a ``Literal`` is an enum,
-a dataclass an object without unknown keys, a tuple an array, a dict a map), its bounds, its
-extra keywords (``schema=``), and its help text with the default appended ("Default: 20."). No
-``default`` keyword: Snakemake's ``validate`` would fill it into the config, a second source of
-defaults that would also override a reputation preset's. What no field declares is written
-here, once: the ``study`` section and ``reputation.preset``.
+dataclasses it holds) with :func:`sparta.fields.setting`; this module makes what follows from
+those declarations, and :mod:`sparta.docgen` writes it with every other generated page. No
+schema ``default`` keyword: Snakemake's ``validate`` would fill it into the config, a second
+source of defaults that would also override a reputation preset's. What no field declares is
+written here, once: the ``study`` section and ``reputation.preset``.
 
 Pure: no model, no heavy import.
 """

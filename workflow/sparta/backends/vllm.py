@@ -12,8 +12,7 @@ prompt and a candidate's first token, ...) is a one-token request whose top log-
 (``logprobs``, vLLM's ``max_logprobs``, 20) give the next token of every candidate below it,
 the longer prefixes read from vLLM's prefix cache. A candidate token outside the top ones is
 scored by a request of its own over prompt and candidate (V2: ``prompt_logprob_token_ids``;
-V1: ``prompt_logprobs=1``); ``TREE_SCORING = False`` scores every candidate that way. The
-prompt tokens computed are counted in :attr:`VLLMEngine.scoring_tokens` and the job's log.
+V1: ``prompt_logprobs=1``; :data:`TREE_SCORING` off: every candidate).
 
 vLLM is imported only here, in the GPU environment ``envs/vllm.yaml``, with its FlashInfer
 sampler off (``VLLM_USE_FLASHINFER_SAMPLER=0`` unless set: its warm-up compiles CUDA code with
