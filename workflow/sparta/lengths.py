@@ -4,11 +4,10 @@ base model's config.json states. ``prompts.too_long`` says what happens to those
 ``skip`` (the default) leaves them out of the splits with a count, ``stop`` stops with the
 prompts named.
 
-Two places look: the config check, before any job, with a bound that needs no tokenizer (a
-prompt of fewer UTF-8 bytes than the room left cannot be longer in tokens than that: no
-tokenizer is loaded for ordinary prompt sets), then the tokenizer for the rest when the base
-is on disk; and rule split_prompts, always, with the tokenizer (the base is built before it),
-so what is skipped never depends on whether a base was converted when snakemake started.
+Two places look: the config check, before any job (:func:`candidates` spares the tokenizer
+for ordinary prompt sets), and rule split_prompts, always, with the tokenizer (the base is
+built before it), so what is skipped never depends on whether a base was converted when
+snakemake started.
 """
 
 from __future__ import annotations

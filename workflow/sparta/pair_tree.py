@@ -7,8 +7,7 @@ and itself only, at the positions it has in its own row; the LM head runs only o
 positions. The result is TRL's fused output in TRL's row layout, so every TRL loss and metric
 reads it unchanged, the same up to float rounding (tests/test_train.py). On the embedded
 study's Sparta pairs a pair's two rows hold 159.7 positions on average, its tree 103.7
-(``benchmarks/bench_dpo.py``). Used for a PEFT model called directly, right padding, the plain
-LM head's logits; anything else takes TRL's own forward.
+(``benchmarks/bench_dpo.py``). Elsewhere (:func:`applies`, :func:`tree_of`): TRL's forward.
 """
 
 from __future__ import annotations
