@@ -38,11 +38,12 @@ def test_set_aside_then_restore_keeps_bytes_and_mtime(tmp_path, monkeypatch):
 
 
 def _finished_files(work: Path) -> dict:
-    """Every file of the run but the logs and benchmarks (a failed job's log holds its error)."""
+    """Every file of the run but the logs and benchmarks (a failed job's log holds its error)
+    and the long jobs' kept progress (a failed job's finished parts, for its retry)."""
     files = {}
     for p in sorted((work / "results").rglob("*")):
         rel = p.relative_to(work).as_posix()
-        if p.is_file() and "/logs/" not in rel and "/benchmarks/" not in rel:
+        if p.is_file() and not any(f"/{d}/" in rel for d in ("logs", "benchmarks", ".progress")):
             files[rel] = (p.read_bytes(), p.stat().st_mtime_ns)
     return files
 
