@@ -44,11 +44,13 @@ def main(sm):
         log.info("%s: %s", tasks[i].name, means)
         return result
 
-    # each finished task is kept beside the outputs: a retry after a time limit or a requeue
+    # each finished task is kept in evaluation/.progress: a retry after a time limit or a requeue
     # goes on from the next task (sparta/progress.py)
     outputs = as_list(sm.output.scores)
+    checkpoint = Path(outputs[0]).parent  # evaluation/checkpoint_<c>: its progress beside it
+    names = "+".join(s.name for s in specs)
     progress = Progress(
-        Path(outputs[0]).parent / ".progress" / "+".join(s.name for s in specs),
+        checkpoint.parent / ".progress" / f"{checkpoint.name}-{names}",
         [
             [(repr(s), adapter_stamp(local(s.adapter))) for s in specs],
             repr(cfg),

@@ -30,11 +30,11 @@ def main(sm):
 
     for warning in method.judging_warnings(cfg, job.baselines):  # e.g. no judge pair can form
         log.warning(warning)
-    # each finished block of judgments is kept beside the outputs: a retry after a time limit or
+    # each finished block of judgments is kept in round_<r>/.progress: a retry after a time limit or
     # a requeue goes on from the next block (sparta/progress.py)
     outputs = as_list(sm.output.judgments)
     progress = Progress(
-        Path(outputs[0]).parent / ".progress" / "+".join(s.name for s in specs),
+        Path(outputs[0]).parent.parent / ".progress" / ("judge-" + "+".join(s.name for s in specs)),
         [
             [(repr(s), adapter_stamp(local(s.adapter))) for s in specs],
             [file_stamp(f) for f in (sm.input.duels, *as_list(sm.input.responses))],

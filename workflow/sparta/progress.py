@@ -15,6 +15,7 @@ time limit or its requeue beside the retry) stops at its next part or step with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -104,7 +105,10 @@ class Progress:
         stamp = self.folder / STAMP
         if not (stamp.is_file() and stamp.read_text() == key):
             shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder.mkdir(parents=True)
+            for _ in range(3):  # another job's done() may remove the shared parent meanwhile
+                with contextlib.suppress(FileNotFoundError):
+                    self.folder.mkdir(parents=True)
+                    break
             stamp.write_text(key)
         job = os.environ.get("SLURM_JOB_ID", "-")
         claim = f"host {socket.gethostname()} pid {os.getpid()} Slurm job {job}"
@@ -138,3 +142,5 @@ class Progress:
         """The job's outputs are written: its progress is no longer needed."""
         shutil.rmtree(self.folder, ignore_errors=True)
         _CLAIMS.pop(self.folder, None)
+        with contextlib.suppress(OSError):  # the shared .progress folder, once no job keeps any
+            self.folder.parent.rmdir()
