@@ -14,10 +14,6 @@ sys.path.insert(0, PACKAGE_ROOT)
 _PATH_VARIABLE = "PYTHONPATH"  # optional, so not an envvars directive (that requires it set)
 _paths = [PACKAGE_ROOT, *filter(None, os.environ.get(_PATH_VARIABLE, "").split(os.pathsep))]
 os.environ[_PATH_VARIABLE] = os.pathsep.join(dict.fromkeys(_paths))
-# A job's OpenMP threads sleep when they wait instead of spinning: beside another busy process
-# (a laptop's browser, a second job) spinning threads take the cores the working ones need
-# (docs/results.md, "A round under load"). A value you set is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 configfile: "config.yaml"
