@@ -30,35 +30,20 @@ from .tables import write_raw
 
 STAMP = "inputs.sha256"
 OWNER = "owner"
-_CLAIMS: dict[Path, str] = {}  # folder -> this process's claim on it
 
 
 class Superseded(RuntimeError):
     """A later attempt of the same job took over its progress folder."""
 
 
-def check(folder: str | os.PathLike, mine: str | None = None) -> None:
-    """Raise :class:`Superseded` when the progress ``folder`` this process claimed (``mine``: its
-    last claim) has been claimed by another attempt since (or finished and removed by it)."""
-    folder = Path(folder)
-    mine = mine or _CLAIMS.get(folder)
-    if mine is None:
-        return
-    try:
-        now = (folder / OWNER).read_text()
-    except OSError:
-        now = "an attempt that finished and removed it"
-    if now != mine:
-        raise Superseded(f"{folder} was taken over by {now}: this attempt ({mine}) stops without writing")
-
-
-def guard(folder: str | os.PathLike):
-    """A trainer callback: :func:`check` at every step (a step is far longer than the read)."""
+def guard(progress: Progress):
+    """A trainer callback: :meth:`Progress.check` at every step (a step is far longer than the
+    read)."""
     from transformers import TrainerCallback
 
     class Guard(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            check(folder)
+            progress.check()
 
     return Guard()
 
@@ -116,7 +101,7 @@ class Progress:
         tmp = self.folder / f".{OWNER}.{os.getpid()}"
         tmp.write_text(claim)
         os.replace(tmp, self.folder / OWNER)
-        _CLAIMS[self.folder] = self.claim = claim
+        self.claim = claim
 
     def _path(self, part: str) -> Path:
         return self.folder / (re.sub(r"[^A-Za-z0-9_.-]", "_", part) + ".parquet")
@@ -135,12 +120,19 @@ class Progress:
         return sorted(p.stem for p in self.folder.glob("*.parquet"))
 
     def check(self) -> None:
-        """Before the job writes its outputs: still this attempt's (:func:`check`)."""
-        check(self.folder, self.claim)
+        """Raise :class:`Superseded` when another attempt has claimed the folder since this one
+        did (or finished and removed it): called before each part and the job's outputs."""
+        try:
+            now = (self.folder / OWNER).read_text()
+        except OSError:
+            now = "an attempt that finished and removed it"
+        if now != self.claim:
+            raise Superseded(
+                f"{self.folder} was taken over by {now}: this attempt ({self.claim}) stops without writing"
+            )
 
     def done(self) -> None:
         """The job's outputs are written: its progress is no longer needed."""
         shutil.rmtree(self.folder, ignore_errors=True)
-        _CLAIMS.pop(self.folder, None)
         with contextlib.suppress(OSError):  # the shared .progress folder, once no job keeps any
             self.folder.parent.rmdir()

@@ -18,7 +18,7 @@ import torch
 from .files import follow_umask
 from .members import MemberSpec, check_adapter_folder
 from .models import load_base, load_tokenizer, native_bf16, pick_device, pick_dtype
-from .progress import Progress, check, guard
+from .progress import Progress, guard
 from .settings import DPOSettings, LoraSettings, Runtime, SFTSettings
 
 log = logging.getLogger(__name__)
@@ -325,19 +325,19 @@ LOGGED = tuple(
 )
 
 
-def progress(folder: Path, inputs: list) -> str | None:
-    """The last progress a DPO job saved in ``folder`` (its trainer folder, beside its
-    outputs: not removed when the job reruns) for these same ``inputs`` (member, seed, loss,
-    trainer arguments, pairs), or None; a folder kept for other inputs is emptied
-    (:class:`sparta.progress.Progress`)."""
-    Progress(folder, inputs)
+def progress(folder: Path, inputs: list) -> tuple[Progress, str | None]:
+    """This attempt's claim on ``folder`` (its trainer folder, beside its outputs: not removed
+    when the job reruns) and the last progress a DPO job saved there for these same ``inputs``
+    (member, seed, loss, trainer arguments, pairs), or None; a folder kept for other inputs is
+    emptied (:class:`sparta.progress.Progress`)."""
+    kept = Progress(folder, inputs)
     # a save is complete once the trainer wrote its state, last (a job killed while saving
     # leaves a partial one beside the previous, which the trainer removes only after)
     saves = sorted(
         (p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
         key=lambda p: int(p.name.split("-")[1]),
     )
-    return str(saves[-1]) if saves else None
+    return kept, str(saves[-1]) if saves else None
 
 
 def save_every(minutes: float):
@@ -480,7 +480,7 @@ class _DPOJob:
         model = self.trainable.attach(spec, seed)
         args = self.args(spec.name, seed, out_dir)
         same = {k: v for k, v in args.to_dict().items() if k not in ("logging_dir", "run_name", "output_dir")}
-        resume = progress(Path(args.output_dir), [spec, seed, self.loss, same, prefs.to_json()])
+        kept, resume = progress(Path(args.output_dir), [spec, seed, self.loss, same, prefs.to_json()])
         set_seed(seed)
         extra, sppo = {}, self.loss == "sppo"
         trainer_class = with_pair_tree(DPOTrainer)
@@ -497,7 +497,7 @@ class _DPOJob:
             callbacks=[
                 progress_callback("DPO" if self.loss == "dpo" else self.loss.upper(), spec.name),
                 *([save_every(self.params.save_minutes)] if self.params.save_minutes else []),
-                guard(args.output_dir),  # a copy that outlived its time limit stops (sparta.progress)
+                guard(kept),  # a copy that outlived its time limit stops (sparta.progress)
             ],
             **extra,
         )
@@ -506,7 +506,7 @@ class _DPOJob:
             log.info("%s: continuing from the progress saved in %s", spec.name, resume)
         result = trainer.train(resume_from_checkpoint=resume)
         # save only the member's own adapter, not TRL's frozen "ref" copy
-        check(args.output_dir)
+        kept.check()
         model.save_pretrained(adapter_dir, selected_adapters=["default"])
         follow_umask(adapter_dir)
         shutil.rmtree(out_dir / "trainer", ignore_errors=True)
