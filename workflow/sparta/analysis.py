@@ -38,9 +38,7 @@ def edit_distance(a: list, b: list) -> int:
 def normalized_edit_distance(a: str, b: str) -> float:
     """Word-level Levenshtein distance divided by the longer length (0 same, 1 disjoint)."""
     wa, wb = a.split(), b.split()
-    if not wa and not wb:
-        return 0.0
-    return edit_distance(wa, wb) / max(len(wa), len(wb))
+    return edit_distance(wa, wb) / max(len(wa), len(wb)) if wa or wb else 0.0
 
 
 def bleu(candidate: str, reference: str, max_n: int = 4) -> float:
@@ -287,7 +285,7 @@ def reputation_vs_performance(states: pd.DataFrame, evaluation: pd.DataFrame | N
     """Pearson r per task between a member's reputation at the end of iteration t and the
     validation score of the member that fought in iteration t (its checkpoint t - 1); over
     every (member, iteration) point and over per-member averages (as the paper's Figure 5)."""
-    columns = ["task", "points", "members", "r_points", "r_member_means"]
+    columns = tables.columns("reputation_vs_performance")
     if evaluation is None:
         return pd.DataFrame(columns=columns)
     rep = states[["iteration", "member", "reputation"]]

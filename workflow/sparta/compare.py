@@ -61,14 +61,6 @@ def selected_items(evaluation: pd.DataFrame, member: str, checkpoint: int, task:
     return rows.set_index("example_id")["score"].astype(float)
 
 
-def best_on_validation(evaluation: pd.DataFrame, task: str, checkpoint: int) -> str:
-    """The member with the best validation mean at a checkpoint (ties: the first by name)."""
-    val = evaluation[(evaluation["task"] == task) & (evaluation["split"] == "validation")]
-    val = val[val["checkpoint"] == checkpoint]
-    means = val.groupby("member")["score"].mean()
-    return sorted(means.index, key=lambda m: (-means[m], m))[0]
-
-
 def best_checkpoint(candidates: pd.DataFrame, task: str) -> tuple[str, int] | None:
     """(member, checkpoint) with the best validation mean among the candidates (every
     (member, checkpoint) in the table); ties: the earlier checkpoint, then the first member by
@@ -290,10 +282,7 @@ def _compared(name: str, diffs: dict[int, np.ndarray], replicates: int) -> tuple
     d, low, high, p = paired_bootstrap(list(diffs.values()), replicates) if diffs else (np.nan,) * 4
     seed_means = [float(v.mean()) for v in diffs.values()]
     enough = len(seed_means) >= MIN_SEEDS_FOR_SEED_INTERVAL
-    if enough:
-        _, s_low, s_high, s_p = seed_interval(seed_means)
-    else:
-        s_low = s_high = s_p = float("nan")
+    _, s_low, s_high, s_p = seed_interval(seed_means) if enough else (float("nan"),) * 4
     columns = {
         name: d,
         f"{name}_low": low,
@@ -328,6 +317,7 @@ def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict]) -> pd
     columns = SCHEMAS["comparison"].names
     if len(table) == 0:
         return pd.DataFrame(columns=columns)
+    sizes = {}  # per p column, its family's size
     for suffix in ("_p", "_seed_p"):
         family: dict = {}
         for i, row_keys in enumerate(keys):
@@ -338,18 +328,16 @@ def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict]) -> pd
         adjusted = dict(zip(family, holm(list(family.values()))))
         for name in COMPARISONS:
             table[f"{name}{suffix}_holm"] = [adjusted.get(row_keys[name], float("nan")) for row_keys in keys]
-        if suffix == "_p":
-            table["family_size"] = len(family)
-        else:
-            seed_family = len(family)
+        sizes[suffix] = len(family)
+    table["family_size"] = sizes["_p"]
     for name in COMPARISONS:
         table[f"{name}_significant"] = (table[f"{name}_p_holm"] < ALPHA).astype(bool)
-        family = int(table["family_size"].iloc[0])
-        table[f"{name}_mde_holm"] = [holm_mde(x, family) for x in table[f"{name}_mde"]]
+        table[f"{name}_mde_holm"] = [holm_mde(x, sizes["_p"]) for x in table[f"{name}_mde"]]
         seeds = [row.get(name) or [] for row in seed_diffs]
         table[f"{name}_seed_mde"] = [seed_minimum_detectable_difference(x) if x else np.nan for x in seeds]
         table[f"{name}_seed_mde_holm"] = [
-            seed_minimum_detectable_difference(x, ALPHA / max(seed_family, 1)) if x else np.nan for x in seeds
+            seed_minimum_detectable_difference(x, ALPHA / max(sizes["_seed_p"], 1)) if x else np.nan
+            for x in seeds
         ]
     return table[columns]
 
@@ -357,9 +345,7 @@ def _adjust(table: pd.DataFrame, keys: list[dict], seed_diffs: list[dict]) -> pd
 def _total(column: pd.Series) -> float:
     """Sum of a count column; NaN when every value is null (tables written before the column
     existed: unknown, not zero); 0 without rows."""
-    if len(column) == 0:
-        return 0.0
-    return float(pd.to_numeric(column, errors="coerce").sum(min_count=1))
+    return float(pd.to_numeric(column, errors="coerce").sum(min_count=1)) if len(column) else 0.0
 
 
 def cost(

@@ -259,15 +259,12 @@ def run_lines(r: RunCost) -> list[str]:
     """A run's table: per stage its iterations' tokens and GPU-hours, and its totals."""
     lines = [ROW.format("stage", "iteration", "generated", "read", "trained", "GPU-h")]
     for name, per in r.stages.items():
-        groups = _groups(per)
-        for k, (label, tok) in enumerate(groups):
+        for k, (label, tok) in enumerate(_groups(per)):
             lines.append(ROW.format(name if k == 0 else "", label, *_cells(r, tok)))
         tok = r.total(name)
         if len(per) > 1 and tok != Tokens():
             lines.append(ROW.format("", "total", *_cells(r, tok)))
-    tok = r.total()
-    lines.append(ROW.format("run total", "", *_cells(r, tok)))
-    return lines
+    return [*lines, ROW.format("run total", "", *_cells(r, r.total()))]
 
 
 def _heading(r: RunCost) -> str:

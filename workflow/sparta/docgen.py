@@ -57,10 +57,7 @@ def _code(text: str) -> str:
 
 def _capital(text: str) -> str:
     """A sentence's first letter upper case; a path, key or name (``results/...``) kept."""
-    first = text.split(" ", 1)[0]
-    if not first.isalpha():
-        return text
-    return text[:1].upper() + text[1:]
+    return text[:1].upper() + text[1:] if text.split(" ", 1)[0].isalpha() else text
 
 
 def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -78,8 +75,7 @@ def type_text(hint: Any, override: dict | None = None) -> str:
     """A type as a config file sees it: ``integer``, ``list of string``, ``number or null``."""
     kind = (override or {}).get("type")
     if kind is not None:
-        kinds = [kind] if isinstance(kind, str) else list(kind)
-        return " or ".join(kinds)
+        return " or ".join([kind] if isinstance(kind, str) else kind)
     if hint is Any:
         return "any"
     inner, nullable = schema._optional(hint)
@@ -372,9 +368,7 @@ def tables_page() -> str:
             if field.name in added:
                 said.append("added later: null in tables written before")
             note = "; ".join(n for n in said if n)
-            kind_text = str(field.type)
-            if pa.types.is_list(field.type):
-                kind_text = f"list<{field.type.value_type}>"
+            kind_text = f"list<{field.type.value_type}>" if pa.types.is_list(field.type) else str(field.type)
             rows.append((_code(field.name), _code(kind_text), note))
         lines += _table(("column", "type", "note"), rows) + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -439,18 +433,17 @@ same as below.
 
 
 def cli_page() -> str:
-    parser = cli.parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = next(a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction))
     helps = {a.dest: a.help for a in sub._choices_actions}
+    commands = [
+        (f"sparta {n}", _plain(_capital(helps.get(n) or "")) + ".", c) for n, c in sub.choices.items()
+    ]
+    costs = cost.parser()
+    commands.append((costs.prog, _plain(costs.description), costs))
     lines = ["# The `sparta` command", "", NOTE, "", CLI_INTRO]
-    for name, command in sub.choices.items():
-        lines += [f"## `sparta {name}`", "", _plain(_capital(helps.get(name) or "")) + ".", ""]
-        lines += ["```text", f"usage: {usage(f'sparta {name}', command)}", "```", ""]
+    for prog, about, command in commands:
+        lines += [f"## `{prog}`", "", about, "", "```text", f"usage: {usage(prog, command)}", "```", ""]
         lines += _table(("argument", "value", "default", "description"), _argument_rows(command)) + [""]
-    command = cost.parser()
-    lines += ["## `python -m sparta.cost`", "", _plain(command.description), ""]
-    lines += ["```text", f"usage: {usage(command.prog, command)}", "```", ""]
-    lines += _table(("argument", "value", "default", "description"), _argument_rows(command)) + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -477,7 +470,6 @@ def compute_table() -> str:
         h100 = f"{hours['H100']:,.1f}" if hours["H100"] < 100 else f"{hours['H100']:,.0f}"
         rows.append((f"`{'+ ' * (k > 0)}{plan}`", f"{len(runs):,}", h100, f"{hours['H200']:,.0f}"))
     head = ("plan", "runs", "GPU-hours, assumed rates", "GPU-hours, DPO at the measured rate")
-    train = rates["H200"]
     lines = [
         COST_BEGIN,
         *_table(head, rows),
@@ -485,7 +477,7 @@ def compute_table() -> str:
         f"Assumed: vLLM decoding {cost.rate('decode', '7B', 'vllm', 'H100').tokens_per_s:,.0f} and prompt "
         f"reading {cost.rate('read', '7B', 'vllm', 'H100').tokens_per_s:,.0f} tokens/s, DPO "
         f"{rates['H100'].tokens_per_s:,.0f} tokens/s on one H100-class GPU. Measured: DPO at "
-        f"{train.tokens_per_s:,.0f} tokens/s on one H200, a job of 8 pairs with its start-up (a long "
+        f"{rates['H200'].tokens_per_s:,.0f} tokens/s on one H200, a job of 8 pairs with its start-up (a long "
         "job runs faster; by how much is not measured). Upper bounds: every answer and judgment "
         "runs to its `max_new_tokens`, every duel makes a pair.",
         COST_END,

@@ -112,16 +112,12 @@ def _flat(value: Any, key: str = "") -> dict[str, Any]:
     """Dotted keys of nested settings: ``judge.max_length``, ``members[1].sft_domain``,
     ``base_models.tiny.path``; lists of plain values stay one value."""
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{key}.{k}" if key else str(k)))
-        return out
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(_flat(v, f"{key}[{i}]"))
-        return out
-    return {key: value}
+        items = [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+    else:
+        return {key: value}
+    return {flat: v for k, item in items for flat, v in _flat(item, k).items()}
 
 
 _ABSENT = object()

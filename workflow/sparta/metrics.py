@@ -29,11 +29,9 @@ def normalize_number(text: str | None) -> str | None:
         value = float(s)
     except ValueError:
         return None
-    if math.isnan(value) or math.isinf(value):
+    if not math.isfinite(value):
         return None
-    if value == int(value):
-        return str(int(value))
-    return repr(value)
+    return str(int(value)) if value == int(value) else repr(value)
 
 
 def extract_number(text: str) -> str | None:

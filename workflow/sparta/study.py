@@ -25,7 +25,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .fields import shared_by, subset
 from .settings import ConfigError, Settings, SettingsError, as_data
@@ -232,11 +234,8 @@ StudySettings = subset(
 def _init_data(settings: Settings) -> dict:
     """The settings the initial pool and the prompt splits are made from."""
     data = as_data(settings)
-    relevant = {k: data[k] for k in INIT_KEYS}
-    relevant["prompts"] = {
-        k: v for k, v in settings.prompts.split_keys().items() if k not in SHARED_PROMPT_KEYS
-    }
-    return relevant
+    prompts = {k: v for k, v in settings.prompts.split_keys().items() if k not in SHARED_PROMPT_KEYS}
+    return {**{k: data[k] for k in INIT_KEYS}, "prompts": prompts}
 
 
 def _init_key(settings: Settings) -> str:
@@ -257,9 +256,7 @@ def _shared_init(init_id: str, ids: list[str], experiments: dict[str, Settings],
     and their (common) evaluation of the pool; tested whole (``evaluation.test: all``) when
     some of them use only part of it (pool sizes), so each one's best init has test scores."""
     first = experiments[ids[0]]
-    members: dict[str, object] = {}
-    bases: dict[str, object] = {}
-    base_of: dict[str, str] = {}
+    members, bases, base_of = {}, {}, {}  # name -> member, name -> base model, name -> first user
     for exp_id in ids:
         s = experiments[exp_id]
         for m in s.members:
@@ -324,9 +321,7 @@ def expand(config: dict) -> Study:
     name = config["experiment"]
     overlays = section.get("experiments") or {}
     experiments: dict[str, Settings] = {}
-    configs: dict[str, dict] = {}
-    labels: dict[str, str] = {}
-    task_of: dict[str, str | None] = {}
+    configs, labels, task_of = {}, {}, {}  # as the Study's fields
     for run in run_configs({**config, "study": section}):
         exp_id = f"{name}/{run.label}"
         configs[exp_id] = {**run.config, "experiment": name}  # as the schema checks it
@@ -382,14 +377,12 @@ def _pools(inits: dict[str, Settings]) -> dict[str, str]:
     """Initial-pool run -> the run whose initial members it uses: the first one of the same
     seed, pool settings and members (the tasks of a study share one pool per seed: its SFT runs
     once; the prompt splits and the pool's evaluation stay per task). Only entries that differ."""
-    first: dict[tuple, str] = {}
-    pools = {}
+    first, pools = {}, {}  # pool settings -> its first run; the runs that use another's
     for init_id, s in inits.items():
         data = as_data(s)
         pool = {k: data[k] for k in INIT_KEYS}
         pool.update(members=data["members"], bases=data["base_models"])
-        key = json.dumps(pool, sort_keys=True)
-        owner = first.setdefault(key, init_id)
+        owner = first.setdefault(json.dumps(pool, sort_keys=True), init_id)
         if owner != init_id:
             pools[init_id] = owner
     return pools
@@ -398,9 +391,6 @@ def _pools(inits: dict[str, Settings]) -> dict[str, str]:
 def local_cuda(settings: StudySettings) -> bool:
     """Whether model jobs on this machine run on a CUDA GPU (device cuda, or auto with an
     NVIDIA driver here), without importing torch in snakemake's process."""
-    import shutil
-    from pathlib import Path
-
     if settings.device != "auto":
         return settings.device == "cuda"
     return Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None

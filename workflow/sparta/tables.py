@@ -29,6 +29,7 @@ from .files import umask
 _str = pa.string()
 _i32 = pa.int32()
 _f64 = pa.float64()
+_i64 = pa.int64()
 
 SCHEMAS: dict[str, pa.Schema] = {
     # one row per prompt of a task split (alignment, validation, test)
@@ -81,9 +82,9 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("defences", _str),
             # the word-list monitor flagged this answer (altered for the judge only with sanitize)
             ("sanitized", pa.bool_()),
-            ("prompt_tokens", pa.int64()),  # tokens the judge read for this answer (inference cost)
-            ("requests", pa.int64()),  # model requests made for it (a pairwise duel: 1 per order)
-            ("generated_tokens", pa.int64()),  # tokens the judge generated for it (generate mode)
+            ("prompt_tokens", _i64),  # tokens the judge read for this answer (inference cost)
+            ("requests", _i64),  # model requests made for it (a pairwise duel: 1 per order)
+            ("generated_tokens", _i64),  # tokens the judge generated for it (generate mode)
         ]
     ),
     # one row per duel in update order
@@ -122,7 +123,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("judge_weight", _f64),
             ("downweighted_at", _i32),
             ("recent_deltas", pa.list_(_f64)),
-            ("duels_this_iteration", pa.int64()),
+            ("duels_this_iteration", _i64),
         ]
     ),
     # one row per kept duel: what DPO trains on
@@ -169,7 +170,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("member", _str),
             ("split", _str),
             ("score", _f64),
-            ("n", pa.int64()),
+            ("n", _i64),
         ]
     ),
     # per task: the best member on validation (initial pool, final members, the run's
@@ -182,7 +183,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("member", _str),
             ("validation", _f64),
             ("test", _f64),
-            ("tied", pa.int64()),  # candidates with the best validation score (> 1: tie-broken)
+            ("tied", _i64),  # candidates with the best validation score (> 1: tie-broken)
         ]
     ),
     # --- training ----------------------------------------------------------------------------
@@ -193,24 +194,16 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("member", _str),
             ("iteration", _i32),
             ("stage", _str),
-            ("examples", pa.int64()),
-            ("step", pa.int64()),
+            ("examples", _i64),
+            ("step", _i64),
             ("epoch", _f64),
         ]
         + [
             (name, _f64)
             for name in (
-                "loss",
-                "grad_norm",
-                "learning_rate",
-                "rewards_chosen",
-                "rewards_rejected",
-                "rewards_accuracies",
-                "rewards_margins",
-                "logps_chosen",
-                "logps_rejected",
-                "train_loss",
-                "train_runtime",
+                ("loss", "grad_norm", "learning_rate")
+                + ("rewards_chosen", "rewards_rejected", "rewards_accuracies", "rewards_margins")
+                + ("logps_chosen", "logps_rejected", "train_loss", "train_runtime")
             )
         ]
     ),
@@ -223,8 +216,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("member", _str),
             ("when", _str),  # before | after
             ("checkpoint", _i32),
-            ("pairs", pa.int64()),
-            ("agree", pa.int64()),
+            ("pairs", _i64),
+            ("agree", _i64),
             ("accuracy", _f64),
             ("accuracy_low", _f64),
             ("accuracy_high", _f64),
@@ -246,34 +239,22 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             ("task", _str),
             ("experiment", _str),
-            ("seeds", pa.int64()),
-            ("items", pa.int64()),
+            ("seeds", _i64),
+            ("items", _i64),
             ("test", _f64),
             ("test_sd", _f64),
             ("select_from", _str),
             ("selected", _str),
             ("test_per_seed", _str),
-            ("family_size", pa.int64()),
+            ("family_size", _i64),
         ]
         + [
             (f"{ref}{x}", {"_significant": pa.bool_(), "_per_seed": _str}.get(x, _f64))
             for ref in ("vs_best_init", "vs_sparta")
             for x in (
-                "",
-                "_low",
-                "_high",
-                "_p",
-                "_p_holm",
-                "_significant",
-                "_per_seed",
-                "_seed_low",
-                "_seed_high",
-                "_seed_p",
-                "_seed_p_holm",
-                "_mde",
-                "_mde_holm",
-                "_seed_mde",
-                "_seed_mde_holm",
+                ("", "_low", "_high", "_p", "_p_holm", "_significant", "_per_seed")
+                + ("_seed_low", "_seed_high", "_seed_p", "_seed_p_holm")
+                + ("_mde", "_mde_holm", "_seed_mde", "_seed_mde_holm")
             )
         ]
     ),
@@ -286,29 +267,19 @@ SCHEMAS: dict[str, pa.Schema] = {
         + [
             (c, _f64)
             for c in (
-                "answers",
-                "tokens_generated",
-                "judgments",
-                "judge_requests",
-                "tokens_judged",
-                "judge_tokens_generated",
+                ("answers", "tokens_generated")
+                + ("judgments", "judge_requests", "tokens_judged", "judge_tokens_generated")
             )
         ]
     ),
     # --- analyses ----------------------------------------------------------------------------
     # mean distance between the two answers of a duel, per iteration (embedding: null if off)
     "diversity": pa.schema(
-        [
-            ("iteration", _i32),
-            ("edit", _f64),
-            ("one_minus_bleu", _f64),
-            ("embedding", _f64),
-            ("duels", pa.int64()),
-        ]
+        [("iteration", _i32), ("edit", _f64), ("one_minus_bleu", _f64), ("embedding", _f64), ("duels", _i64)]
     ),
     # per iteration: the preference pairs the members train on, and the pairs dropped because
     # chosen and rejected are the same text
-    "pairs": pa.schema([("iteration", _i32), ("pairs", pa.int64()), ("identical", pa.int64())]),
+    "pairs": pa.schema([("iteration", _i32), ("pairs", _i64), ("identical", _i64)]),
     # mean words of chosen and rejected answers per iteration
     "lengths": pa.schema([("iteration", _i32), ("chosen_words", _f64), ("rejected_words", _f64)]),
     # preference-label accuracy over informative pairs (exactly one answer right), with a 95%
@@ -319,10 +290,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("scope", _str),
             ("iteration", _i32),
             ("judge", _str),
-            ("correct", pa.int64()),
-            ("wrong", pa.int64()),
-            ("informative", pa.int64()),
-            ("pairs", pa.int64()),
+            ("correct", _i64),
+            ("wrong", _i64),
+            ("informative", _i64),
+            ("pairs", _i64),
             ("accuracy", _f64),
             ("accuracy_low", _f64),
             ("accuracy_high", _f64),
@@ -331,9 +302,9 @@ SCHEMAS: dict[str, pa.Schema] = {
     # per iteration and attack family (judging.FAMILIES; "any": at least one family): chosen /
     # rejected answers the family classifier flags
     "reward_hacking": pa.schema(
-        [("iteration", _i32), ("family", _str), ("pairs", pa.int64())]
+        [("iteration", _i32), ("family", _str), ("pairs", _i64)]
         + [
-            (f"{side}_{x}", pa.int64() if x == "flagged" else _f64)
+            (f"{side}_{x}", _i64 if x == "flagged" else _f64)
             for side in ("chosen", "rejected")
             for x in ("flagged", "share", "share_low", "share_high")
         ]
@@ -346,22 +317,16 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("iteration", _i32),
             ("member", _str),
             ("kind", _str),
-            ("judgments", pa.int64()),
-            ("unusable", pa.int64()),
-            ("errors", pa.int64()),  # each unusable one, and SPPO's answers with failed comparisons
-            ("truncated", pa.int64()),
-            ("pairs", pa.int64()),  # actor pairs of score rows, judge pairs of meta rows
+            ("judgments", _i64),
+            ("unusable", _i64),
+            ("errors", _i64),  # each unusable one, and SPPO's answers with failed comparisons
+            ("truncated", _i64),
+            ("pairs", _i64),  # actor pairs of score rows, judge pairs of meta rows
         ]
     ),
     # Pearson r between reputation and validation score, per task
     "reputation_vs_performance": pa.schema(
-        [
-            ("task", _str),
-            ("points", pa.int64()),
-            ("members", pa.int64()),
-            ("r_points", _f64),
-            ("r_member_means", _f64),
-        ]
+        [("task", _str), ("points", _i64), ("members", _i64), ("r_points", _f64), ("r_member_means", _f64)]
     ),
     # one row per hub id of the runs, as rule hub_download downloaded it (sparta.hub)
     "manifest": pa.schema(
@@ -371,8 +336,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("requested_revision", _str),
             ("commit", _str),
             ("kind", _str),
-            ("files", pa.int64()),
-            ("size", pa.int64()),
+            ("files", _i64),
+            ("size", _i64),
         ]
     ),
     # reputation state at the end of every iteration
@@ -407,16 +372,10 @@ RENAMED = {
 }
 """Columns renamed since runs were made (old name -> name): an older table reads with today's."""
 
-# tables whose frames may leave columns out (written as nulls): summaries, not the contract
-# between the stages of an iteration
-OPTIONAL_COLUMNS_OK = {
-    "evaluation",
-    "diversity",
-    "label_accuracy",
-    "judge_label_accuracy",
-    "training_log",
-    "training",
-}
+# tables whose frames may leave columns out (written as nulls), and the kinds of their shape:
+# summaries, not the contract between the stages of an iteration
+OPTIONAL_COLUMNS_OK = {"evaluation", "diversity", "label_accuracy", "training_log"}
+OPTIONAL_COLUMNS_OK |= {kind for kind, like in SAME_SCHEMA.items() if like in OPTIONAL_COLUMNS_OK}
 
 # columns added to a table after runs were made with it: a table written before reads with
 # them null, so a run made before an update resumes (its cost shows those columns as unknown)
@@ -523,9 +482,7 @@ def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
 
 def read_many(paths, kind: str) -> pd.DataFrame:
     frames = [read(p, kind) for p in paths]
-    if not frames:
-        return empty(kind)
-    return pd.concat(frames, ignore_index=True)
+    return pd.concat(frames, ignore_index=True) if frames else empty(kind)
 
 
 def _schema(kind: str) -> pa.Schema:
