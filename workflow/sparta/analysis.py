@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 
@@ -68,14 +69,7 @@ def pair_diversity(responses: pd.DataFrame, duels: pd.DataFrame, embed=None) -> 
         if a is None or b is None:
             continue
         rows.append(
-            {
-                "iteration": d.iteration,
-                "duel_id": d.duel_id,
-                "edit": normalized_edit_distance(a, b),
-                "one_minus_bleu": 1 - (bleu(a, b) + bleu(b, a)) / 2,
-                "a": a,
-                "b": b,
-            }
+            (d.iteration, d.duel_id, normalized_edit_distance(a, b), 1 - (bleu(a, b) + bleu(b, a)) / 2, a, b)
         )
     out = pd.DataFrame(rows, columns=["iteration", "duel_id", "edit", "one_minus_bleu", "a", "b"])
     if embed is not None and len(out):
@@ -244,23 +238,21 @@ def judging(
     baseline = "trainee" in prefs and prefs["trainee"].notna().any()
     made = prefs.groupby(["iteration", "trainee", "kind"]).size() if baseline else None
     rows = []
-    for t in sorted(int(x) for x in duels["iteration"].unique()):
-        for member in members:
-            for kind in kinds:
-                g = frame[(frame["iteration"] == t) & (frame["member"] == member) & (frame["kind"] == kind)]
-                pairs = pd.NA if made is None else int(made.get((t, member, PAIR_KIND.get(kind, kind)), 0))
-                rows.append(
-                    {
-                        "iteration": t,
-                        "member": member,
-                        "kind": kind,
-                        "judgments": len(g),
-                        "unusable": int(g["score"].isna().sum()),
-                        "errors": int(g["error"].notna().sum()),
-                        "truncated": int(g["truncated"].eq(True).sum()),
-                        "pairs": pairs,
-                    }
-                )
+    iterations = sorted(int(x) for x in duels["iteration"].unique())
+    for t, member, kind in itertools.product(iterations, members, kinds):
+        g = frame[(frame["iteration"] == t) & (frame["member"] == member) & (frame["kind"] == kind)]
+        rows.append(
+            {
+                "iteration": t,
+                "member": member,
+                "kind": kind,
+                "judgments": len(g),
+                "unusable": int(g["score"].isna().sum()),
+                "errors": int(g["error"].notna().sum()),
+                "truncated": int(g["truncated"].eq(True).sum()),
+                "pairs": pd.NA if made is None else int(made.get((t, member, PAIR_KIND.get(kind, kind)), 0)),
+            }
+        )
     if not rows:
         return tables.empty("judging")
     out = pd.DataFrame(rows, columns=tables.columns("judging"))

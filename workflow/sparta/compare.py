@@ -112,13 +112,10 @@ def _run_initial(r, initial: dict, evaluations: dict[str, pd.DataFrame]) -> pd.D
 def _diffs(mine: dict[int, pd.Series], other: dict[int, pd.Series]) -> dict[int, np.ndarray]:
     """Per seed in both: paired per-item differences on the items both have (sorted by id,
     so that a comparison and its mirror resample the same items)."""
-    out = {}
-    for s, items in mine.items():
-        if s in other:
-            both = items.index.intersection(other[s].index).sort_values()
-            if len(both):
-                out[s] = (items[both] - other[s][both]).to_numpy()
-    return out
+    both = {
+        s: items.index.intersection(other[s].index).sort_values() for s, items in mine.items() if s in other
+    }
+    return {s: (mine[s][b] - other[s][b]).to_numpy() for s, b in both.items() if len(b)}
 
 
 def comparison(
@@ -164,9 +161,7 @@ def comparison(
             if not seeds_items:
                 continue
             is_init = label in init_rows
-            row = _row(
-                task, label, seeds_items, picks.chosen[(task, label)], picks.how.get(label, ()), is_init
-            )
+            row = _row(task, label, seeds_items, picks, is_init)
             row_keys, row_seeds = {}, {}
             for name, (other, ref) in picks.others(task, label, is_init, reference, reference_init).items():
                 diffs = _diffs(seeds_items, other)
@@ -257,9 +252,7 @@ class _Picks:
         self.chosen.setdefault(key, {})[seed] = f"{pick[0]}@{pick[1]}"
 
 
-def _row(
-    task: str, label: str, seeds_items: dict[int, pd.Series], chosen: dict[int, str], how, is_init: bool
-) -> dict:
+def _row(task: str, label: str, seeds_items: dict[int, pd.Series], picks: _Picks, is_init: bool) -> dict:
     """A row's own columns: seeds, items, the test score over seeds and per seed, the picks."""
     means = {s: float(v.mean()) for s, v in seeds_items.items()}
     return {
@@ -269,8 +262,8 @@ def _row(
         "items": int(np.mean([len(v) for v in seeds_items.values()])),
         "test": float(np.mean(list(means.values()))),
         "test_sd": float(np.std(list(means.values()), ddof=1)) if len(means) > 1 else float("nan"),
-        "select_from": "initial" if is_init else ",".join(sorted(how)),
-        "selected": _joined(chosen),
+        "select_from": "initial" if is_init else ",".join(sorted(picks.how.get(label, ()))),
+        "selected": _joined(picks.chosen[(task, label)]),
         "test_per_seed": _joined({s: f"{m:.4f}" for s, m in means.items()}),
     }
 
@@ -400,12 +393,9 @@ def _cell(r, name: str, kind: str = "") -> str:
 
 
 def format_table(table: pd.DataFrame) -> str:
-    """The comparison as text: test score (mean, sd over seeds), the differences with their
-    item-bootstrap intervals (stratified by seed, not Holm-adjusted), ``*`` where the
-    Holm-adjusted p (of the exact paired test) is below 0.05, the Holm family's size; then
-    each seed's own difference, the seed-level intervals (5 seeds or more) and the minimum
-    detectable differences: item-level alone and at Holm's first step, seed-level with 5 seeds
-    or more (:func:`_mde_lines`)."""
+    """The comparison as text, per task: test score (mean, sd over seeds) and the differences
+    with their item-bootstrap intervals (``*``: Holm-adjusted p below 0.05); then each seed's
+    own result, the seed-level intervals and the minimum detectable differences."""
     lines = []
     family = int(table["family_size"].max()) if "family_size" in table and len(table) else 0
     for task, g in table.groupby("task", sort=False):

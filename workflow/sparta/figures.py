@@ -138,9 +138,8 @@ def wins(history: pd.DataFrame):
     im = ax.imshow(table.to_numpy(), cmap="Blues")
     ax.set_xticks(range(len(members)), members, rotation=30, ha="right")
     ax.set_yticks(range(len(members)), members)
-    for i in range(len(members)):
-        for j in range(len(members)):
-            ax.text(j, i, int(table.iloc[i, j]), ha="center", va="center", color="black")
+    for (i, j), count in np.ndenumerate(table.to_numpy()):
+        ax.text(j, i, int(count), ha="center", va="center", color="black")
     ax.set(xlabel="loser", ylabel="winner", title="Wins (row beat column)")
     ax.grid(False)
     fig.colorbar(im, ax=ax, fraction=0.046)

@@ -170,14 +170,8 @@ def base_log(base, benchmark: bool = False) -> str:
 
 
 def _job_file(run, kind: str, name: str, ext: str, t=None, r=None, *, where: str | None = None) -> str:
-    parts = [run_dir(run), kind]
-    if where is not None:
-        parts.append(where)
-    if t is not None:
-        parts.append(iteration_name(t))
-    if r is not None:
-        parts.append(round_name(r))
-    return "/".join([*parts, f"{name}.{ext}"])
+    folders = [where, None if t is None else iteration_name(t), None if r is None else round_name(r)]
+    return "/".join([run_dir(run), kind, *(f for f in folders if f is not None), f"{name}.{ext}"])
 
 
 def log(run, name: str, t=None, r=None, where: str | None = None) -> str:

@@ -141,12 +141,8 @@ def prompt_bases(settings) -> list[str]:
 def prompt_budget(bases: list[str], max_new_tokens: int, root: str | Path = ".") -> Budget | None:
     """The room a prompt has: the smallest context of ``bases`` less the answer's tokens (None
     when no base states its context on disk yet)."""
-    found = []
-    for folder in bases:
-        local = _local(Path(root), folder)
-        context = context_length(local)
-        if context is not None:
-            found.append((context, str(local)))
+    found = [(context_length(local), str(local)) for local in (_local(Path(root), f) for f in bases)]
+    found = [(context, folder) for context, folder in found if context is not None]
     if not found:
         return None
     context, folder = min(found)

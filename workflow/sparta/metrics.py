@@ -156,17 +156,6 @@ def summarize_label_accuracy(labelled: pd.DataFrame, by: list[str]) -> pd.DataFr
         key = key if isinstance(key, tuple) else (key,)
         correct, wrong = int((df["label"] == "correct").sum()), int((df["label"] == "wrong").sum())
         n = correct + wrong
-        low, high = wilson_interval(correct, n)
-        rows.append(
-            {
-                **dict(zip(by, key)),
-                "correct": correct,
-                "wrong": wrong,
-                "informative": n,
-                "pairs": len(df),
-                "accuracy": correct / n if n else float("nan"),
-                "accuracy_low": low,
-                "accuracy_high": high,
-            }
-        )
+        accuracy = correct / n if n else float("nan")
+        rows.append((*key, correct, wrong, n, len(df), accuracy, *wilson_interval(correct, n)))
     return pd.DataFrame(rows, columns=cols)

@@ -52,11 +52,10 @@ def _gguf_facts(path: Path) -> dict:
         reader = gguf.GGUFReader(path)
     except Exception:  # no gguf package, or not readable: the card says less
         return {}
-    facts = {}
-    for key in ("license", "organization", "name", "basename", "size_label", "finetune"):
-        field = reader.fields.get(f"general.{key}")
-        if field is not None:
-            facts[key] = str(field.contents())
+    keys = ("license", "organization", "name", "basename", "size_label", "finetune")
+    facts = {
+        k: str(reader.fields[f"general.{k}"].contents()) for k in keys if f"general.{k}" in reader.fields
+    }
     field = reader.fields.get("general.file_type")
     if field is not None:
         with contextlib.suppress(ValueError):
@@ -170,9 +169,7 @@ def _fmt(x: float) -> str:
 
 
 def model_card(run: Path, spec: MemberSpec, checkpoint: int, written: Written) -> str:
-    """README.md of an exported member: the Hugging Face metadata block, then what the member
-    is, its base and where that comes from, its evaluation scores, how to load it, and the
-    run's settings."""
+    """README.md of an exported member, its sections in the order the module's docstring lists them."""
     settings = run_settings(run)
     provenance = base_provenance(run, spec.base)
     license_ = base_license(spec.base, provenance)

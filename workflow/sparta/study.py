@@ -368,8 +368,7 @@ def _initial_pools(
             folder = f"{name}/{task}" if task else name
             init_id = f"{folder}/_init-seed{seed}" + (f"-{k}" if k > 1 else "")
             inits[init_id] = _shared_init(init_id, ids, experiments, labels)
-            for exp_id in ids:
-                init_of[exp_id] = init_id
+            init_of.update(dict.fromkeys(ids, init_id))
     return init_of, inits
 
 

@@ -466,9 +466,8 @@ def read(path: str | os.PathLike, kind: str) -> pd.DataFrame:
     except (pa.ArrowException, OSError) as e:
         reason = "empty file" if path.stat().st_size == 0 else str(e).splitlines()[0]
         raise TableError(f"{path} is not a readable Parquet {kind} table ({reason}): {REBUILD}") from None
-    renamed = {old: new for old, new in RENAMED.get(kind, {}).items() if old in table.column_names}
-    if renamed:
-        table = table.rename_columns([renamed.get(c, c) for c in table.column_names])
+    renamed = RENAMED.get(kind, {})
+    table = table.rename_columns([renamed.get(c, c) for c in table.column_names])
     added = ADDED_COLUMNS.get(kind, ())
     missing = [c for c in _schema(kind).names if c not in table.column_names and c not in added]
     if missing:
