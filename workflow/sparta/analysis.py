@@ -241,18 +241,10 @@ def judging(
     iterations = sorted(int(x) for x in duels["iteration"].unique())
     for t, member, kind in itertools.product(iterations, members, kinds):
         g = frame[(frame["iteration"] == t) & (frame["member"] == member) & (frame["kind"] == kind)]
-        rows.append(
-            {
-                "iteration": t,
-                "member": member,
-                "kind": kind,
-                "judgments": len(g),
-                "unusable": int(g["score"].isna().sum()),
-                "errors": int(g["error"].notna().sum()),
-                "truncated": int(g["truncated"].eq(True).sum()),
-                "pairs": pd.NA if made is None else int(made.get((t, member, PAIR_KIND.get(kind, kind)), 0)),
-            }
-        )
+        pairs = pd.NA if made is None else int(made.get((t, member, PAIR_KIND.get(kind, kind)), 0))
+        unusable, errors = int(g["score"].isna().sum()), int(g["error"].notna().sum())
+        truncated = int(g["truncated"].eq(True).sum())
+        rows.append((t, member, kind, len(g), unusable, errors, truncated, pairs))  # the table's columns
     if not rows:
         return tables.empty("judging")
     out = pd.DataFrame(rows, columns=tables.columns("judging"))

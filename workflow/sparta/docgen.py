@@ -348,10 +348,8 @@ def tables_page() -> str:
         if described.get(kind):
             text = described[kind]
             lines += [_plain(text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")), ""]
-        where = list(files.get(kind, []))
         same = [alias for alias, like in tables.SAME_SCHEMA.items() if like == kind]
-        for alias in same:
-            where += files.get(alias, [])
+        where = [path for k in (kind, *same) for path in files.get(k, [])]
         if where:
             lines += ["Written to " + ", ".join(_code(p) for p in where) + ".", ""]
         if same:

@@ -144,13 +144,6 @@ def _check_arguments(run: Path, base_id: str | None, push_to: str | None, dtype:
         raise ExportError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
 
 
-def _check_empty(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} is a file: export writes a folder, choose a new folder")
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(f"{out} exists and is not empty: choose a new folder")
-
-
 def _chosen(
     run: Path, member: str | None, iteration: int | None, best: str | None, merge: bool, base: str | None
 ) -> tuple[str, int, MemberSpec]:
@@ -243,8 +236,7 @@ def _write_adapter(out: Path, adapter: str, base_ref: str) -> None:
         if f.is_file():
             shutil.copyfile(f, out / f.name)
     config_path = out / "adapter_config.json"
-    config = json.loads(config_path.read_text())
-    config["base_model_name_or_path"] = base_ref
+    config = {**json.loads(config_path.read_text()), "base_model_name_or_path": base_ref}
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
@@ -274,7 +266,10 @@ def export(
         raise ExportError(
             "an adapter on the hub must name a public base: give --base-id ORG/NAME (or --merge)"
         )
-    _check_empty(out)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} is a file: export writes a folder, choose a new folder")
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"{out} exists and is not empty: choose a new folder")
     local = not is_hub_id(spec.base)
     base_ref = hub_base or str(Path(spec.base).resolve())
     digest = folder_digest(spec.base) if local else None

@@ -1,9 +1,8 @@
 """The report's figures: one function per figure, tables in, a matplotlib Figure out.
 
 Each figure reads at a glance and says so when it has nothing to show (an empty panel with
-the reason) instead of failing. ``save`` writes a PNG and closes the figure. :func:`eq1` draws
-the concepts page's figure of Eq. (1) from :mod:`sparta.reputation` (``python -m sparta.docgen
---figures``).
+the reason) instead of failing. :func:`eq1` draws the concepts page's figure of Eq. (1) from
+:mod:`sparta.reputation` (``python -m sparta.docgen --figures``).
 """
 
 from __future__ import annotations
@@ -89,7 +88,7 @@ def reputation(history: pd.DataFrame):
     if len(history) == 0:
         return empty("Reputation", "no duel has been settled")
     fig, (ax, axd) = _subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
-    lows, highs, bands = [], [], []
+    bands = []
     for m in members_of(history):
         s, r, d = _trajectory(history, m)
         if not len(s):
@@ -97,10 +96,9 @@ def reputation(history: pd.DataFrame):
         (line,) = ax.step(s, r, where="post", label=m, lw=1.8)
         bands.append((s, r, d, line.get_color()))
         axd.step(s, d, where="post", color=line.get_color(), lw=1.4)
-        lows.append(r.min())
-        highs.append(r.max())
-    span = max(max(highs) - min(lows), 1e-3)
-    ax.set_ylim(min(lows) - 0.25 * span, max(highs) + 0.25 * span)
+    low, high = min(r.min() for _, r, *_ in bands), max(r.max() for _, r, *_ in bands)
+    span = max(high - low, 1e-3)
+    ax.set_ylim(low - 0.25 * span, high + 0.25 * span)
     # a band much wider than the moves would cover the plot and hide them: then only the
     # lower panel shows the deviations
     drawn = bool(bands) and max(float(np.median(d)) for *_, d, _ in bands) <= 2 * span

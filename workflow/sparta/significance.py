@@ -34,10 +34,7 @@ def paired_bootstrap(
     if not diffs_by_seed:
         return (float("nan"),) * 4
     observed = float(np.mean([d.mean() for d in diffs_by_seed]))
-    means = np.zeros(replicates)
-    for d in diffs_by_seed:
-        means += _resampled_means(d, replicates, rng)
-    means /= len(diffs_by_seed)
+    means = sum(_resampled_means(d, replicates, rng) for d in diffs_by_seed) / len(diffs_by_seed)
     low, high = np.percentile(means, [2.5, 97.5])
     return observed, float(low), float(high), paired_test(diffs_by_seed, replicates, seed)
 

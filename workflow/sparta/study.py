@@ -45,7 +45,7 @@ def merge(base: dict, extra: dict) -> dict:
 
 # what the initial pool and the prompt splits depend on (not the members list: experiments of
 # a seed share every member they have in common; not the base models, joined by name; not
-# evaluation.*: the pool's evaluation must agree where it matters, see _shared_evaluation)
+# evaluation.*: the pool's evaluation must agree where it matters, see _shared_init)
 INIT_KEYS = shared_by(Settings, "pool")  # seed, device, dtype, system_prompt, backend, vllm, sft, lora
 # prompt settings that do not change the split: the reference answers ride along in the
 # shared prompt tables (every experiment that names a reference column must name the same)
