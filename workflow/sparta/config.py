@@ -115,9 +115,8 @@ def load_yaml(text: str):
 
 
 def read_config_files(paths) -> dict:
-    """Config files merged in order, as snakemake merges config.yaml and each --configfile
-    (:func:`sparta.study.merge`); ConfigError naming the file (and line) that is missing, not
-    YAML, not a mapping or holds a key twice. Not checked against the schema."""
+    """Config files merged in order, as snakemake merges config.yaml and each --configfile; a
+    ConfigError names a file (and line) missing, not YAML, not a mapping or with a key twice."""
     import yaml
 
     config: dict = {}
@@ -146,9 +145,8 @@ def read_config_files(paths) -> dict:
 
 
 def check_config_files(paths) -> None:
-    """Every config file of a run (config.yaml and each --configfile, as snakemake read them)
-    without a key written twice; ConfigError naming each file, line and key. A file YAML
-    cannot read is left to snakemake's own message (a JSON file is YAML too)."""
+    """Every config file of a run without a key written twice; ConfigError naming each file, line
+    and key. A file YAML cannot read is left to snakemake's own message."""
     import yaml
 
     problems = []
@@ -234,9 +232,8 @@ def _schema_problem(error) -> list[str]:
 
 
 def validate(config: dict) -> dict:
-    """The config checked against the schema, in place: numbers read by their meaning (see
-    :func:`_read_numbers`), then every problem of the schema at once, one line each (never
-    the schema or the whole config). Returns the config; raises ConfigError."""
+    """The config checked against the schema, in place (numbers read by their meaning, see
+    :func:`_read_numbers`); ConfigError with every problem at once, one line each."""
     schema = _schema()
     problems: list[str] = []
     read = _read_numbers(config, schema, schema, "", problems)
@@ -290,9 +287,7 @@ def load_study(config: dict, root: str | Path = ".") -> Study:
     shares. Each problem is told once, with the runs it affects."""
     import copy
 
-    problems: dict[str, list[str]] = {}
-    for problem in study_problems(config):
-        problems[problem] = []
+    problems: dict[str, list[str]] = {problem: [] for problem in study_problems(config)}
     _raise_grouped(problems, [])
     if "study" in config:
         specs = run_configs(config)

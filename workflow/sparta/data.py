@@ -213,12 +213,7 @@ def read_prompt_file(
         df, records = _matching(df, records, where, path)
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
-    columns = {
-        "prompt": prompt_column,
-        "answer": answer_column,
-        "id": id_column,
-        "reference": reference_column,
-    }
+    columns = dict(prompt=prompt_column, answer=answer_column, id=id_column, reference=reference_column)
     for name, col in columns.items():
         if col is not None and col not in df.columns:
             raise PromptFileError(

@@ -248,12 +248,10 @@ def evaluate_checkpoint(
     judge: Served | None = None,
     test: str = "all",
 ) -> pd.DataFrame:
-    """One checkpoint's members (``groups``: their names, one list per base model, each served
-    in the same batches) on a task. ``test`` all: every member on every split; selected: every
-    member on validation, then only the best of them (:func:`best_on_validation`) on test,
-    the only member of this checkpoint a selection on validation can pick (the best over
-    several checkpoints is the best of its own). A task without validation rows is tested on
-    every member."""
+    """One checkpoint's members (``groups``: their names, one list per base model, served in the
+    same batches) on a task. ``test`` all: every member on every split; selected: every member on
+    validation, then only the best of them (:func:`best_on_validation`, the only one a selection
+    can pick) on test. A task without validation rows is tested on every member."""
     if test not in ("all", "selected"):
         raise ValueError(f"evaluation.test must be all or selected, not {test!r}")
     args = (task, system, batch_size)

@@ -316,10 +316,9 @@ def elo_win(diff: float) -> float:
 
 def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1e-2) -> list[float]:
     """Elo ratings (mean 1000) of ``n`` players from ``outcomes`` (first, second, score of the
-    first in [0, 1]: here P(the judgment shown first is better)), fitted by maximum likelihood
-    of the Bradley-Terry model P(i beats j) = 1 / (1 + 10^((r_j - r_i) / 400)), as Chatbot Arena
-    computes Elo; ``prior`` (a Gaussian penalty on the log-strengths) keeps them finite when
-    one player wins every comparison. Newton's method."""
+    first in [0, 1]), the maximum likelihood of Bradley-Terry P(i beats j) = 1 / (1 + 10^((r_j -
+    r_i) / 400)) by Newton's method, as Chatbot Arena computes Elo; ``prior`` (a Gaussian penalty
+    on the log-strengths) keeps them finite when one player wins every comparison."""
     theta = np.zeros(n)
     for _ in range(100):
         grad, hess = -prior * theta, -prior * np.eye(n)
@@ -343,10 +342,9 @@ def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1
 
 
 def meta_judge_pairs(duels, judgments) -> list[dict]:
-    """Judge pairs of meta-rewarding before the caps: for each meta row (kind "meta", raw: the
-    judge's user message, the N judgments, their scores and Elo ratings), the highest-rated
-    judgment is chosen and the lowest rejected; none when their ratings tie, their scores are
-    equal or either has no score."""
+    """Judge pairs of meta-rewarding before the caps: of each meta row (kind "meta"), the
+    highest-rated judgment chosen and the lowest rejected; none when their ratings tie, their
+    scores are equal or either has no score."""
     return [p for p, _ in judge_pair_candidates(duels, judgments)]
 
 
