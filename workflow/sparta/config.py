@@ -282,9 +282,8 @@ def _raise_grouped(problems: dict[str, list[str]], runs: list[str]) -> None:
 
 
 def load_study(config: dict, root: str | Path = ".") -> Study:
-    """Every run of a config (one experiment, or a study's) after every check: the study
-    section, each run's merged config against the schema and the world, and what a study
-    shares. Each problem is told once, with the runs it affects."""
+    """Every run of a config (one experiment, or a study's) after every check; each problem is
+    told once, with the runs it affects."""
     import copy
 
     problems: dict[str, list[str]] = {problem: [] for problem in study_problems(config)}
@@ -430,9 +429,8 @@ def setting_default(dotted: str):
 
 
 def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
-    """What a config that names its own pool (``members`` or ``base_models``) still takes
-    from the embedded default (config.yaml: a 135M toy, two short iterations) where sparta's
-    own defaults (the paper's or the authors' values) differ: one entry per key, as
+    """What a config that names its own pool (``members`` or ``base_models``) still takes from
+    the embedded default (config.yaml: a 135M toy) where sparta's own defaults differ, as
     ``key value (default D)``. Empty when the config keeps the embedded pool."""
     if not {"members", "base_models"} & set(user):
         return []

@@ -206,8 +206,7 @@ def evaluate_members(
     splits: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """Every member on every example of a task (of ``splits`` only, when given): one row per
-    (member, split, example) with prediction and score (1/0, MC2 mass, or 0-10), scored by the
-    task's metric's scorer (see :class:`Evaluation` for ``serve`` and ``judge``)."""
+    (member, split, example) with prediction and score, by the task's metric's scorer."""
     ev = Evaluation(serve, members, task, system, batch_size, judge)
     score = SCORERS[task.metric]
     frames = []
@@ -229,8 +228,7 @@ def evaluate_members(
 
 def best_on_validation(rows: pd.DataFrame) -> str | None:
     """The member with the best mean validation score in one task's evaluation rows (ties: the
-    first by name), as a run's selection ranks the members of one checkpoint
-    (``analysis.select_best``, ``compare.best_on_validation``); None without validation rows."""
+    first by name), as a run's selection ranks them; None without validation rows."""
     val = rows[rows["split"] == "validation"]
     if len(val) == 0:
         return None

@@ -311,10 +311,9 @@ def adapter_problems(rows: list[dict], backend: str) -> list[str]:
 
 
 def config_folder(folder, key: str, want: str, notes: list[str] | None):
-    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its
-    snapshot folder in the Hugging Face cache (never the network). An id not in the cache is
-    deferred (a list: no problem, a note) while rule hub_download can fetch it (a dry run, or
-    the hub answers here), else a problem naming the command that fetches it."""
+    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its cached
+    snapshot folder. An id not in the cache is a note (no problem: an empty list) while rule
+    hub_download can fetch it, else a problem naming the command that fetches it."""
     value = str(folder)
     start = value.find(PREFIX.rstrip("/"))
     if start < 0:

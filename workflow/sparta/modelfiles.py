@@ -242,9 +242,8 @@ def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
 
 def module_names(folder: Path) -> set[str] | None:
     """The module names of a model folder as far as its files tell without loading it: every
-    dotted prefix of its weight names (the safetensors headers, or the weight map of a sharded
-    checkpoint's index), and ``lm_head`` where the embeddings are tied (no weight of its own).
-    None when the folder has neither (pytorch_model.bin alone is not read)."""
+    dotted prefix of its weight names (safetensors headers, or a sharded index's weight map),
+    and ``lm_head`` where the embeddings are tied; None when it has neither."""
     folder = Path(folder)
     try:
         shapes = base_shapes(folder)

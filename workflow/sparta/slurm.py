@@ -158,9 +158,8 @@ def first_attempts(workflow) -> list[Request]:
 
 
 def check_first_attempts(requests, env=os.environ) -> None:
-    """At the start of a run that submits to Slurm, before any job: every first attempt of
-    the jobs to run (their :class:`Request`) within its partition's limits as ``scontrol``
-    reports them (or the environment's caps); the first one past them raises LimitError."""
+    """Before any job of a run on Slurm: the first one whose first attempt is past its
+    partition's limits (``scontrol``'s, or the environment's caps) raises LimitError."""
     for request in sorted(set(requests), key=lambda r: r.name):
         check_request(request, limits(request.partition, True, env))
 
