@@ -141,9 +141,8 @@ def cmd_standings(args) -> pd.DataFrame:
     folder = run.path
     for rnd in run.rounds():
         if not (rnd / "state.parquet").exists():
-            where = rnd.relative_to(folder)
             print(
-                f"sparta standings: {where} has no state.parquet yet "
+                f"sparta standings: {rnd.relative_to(folder)} has no state.parquet yet "
                 "(in progress, or damaged: rerun snakemake)",
                 file=sys.stderr,
             )
@@ -345,7 +344,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _export_arguments(e: argparse.ArgumentParser) -> None:
-    """The arguments of ``sparta export``."""
     e.add_argument("run", help="results/<experiment>")
     e.add_argument("out", help="a new folder")
     e.add_argument("--member", help="the member to export")

@@ -115,9 +115,8 @@ def load_yaml(text: str):
 
 
 def read_config_files(paths) -> dict:
-    """Config files merged in order, as snakemake merges config.yaml and each --configfile
-    (:func:`sparta.study.merge`); ConfigError naming the file (and line) that is missing, not
-    YAML, not a mapping or holds a key twice. Not checked against the schema."""
+    """Config files merged in order, as snakemake merges config.yaml and each --configfile; a
+    ConfigError names a file (and line) missing, not YAML, not a mapping or with a key twice."""
     import yaml
 
     config: dict = {}
@@ -146,9 +145,8 @@ def read_config_files(paths) -> dict:
 
 
 def check_config_files(paths) -> None:
-    """Every config file of a run (config.yaml and each --configfile, as snakemake read them)
-    without a key written twice; ConfigError naming each file, line and key. A file YAML
-    cannot read is left to snakemake's own message (a JSON file is YAML too)."""
+    """Every config file of a run without a key written twice; ConfigError naming each file, line
+    and key. A file YAML cannot read is left to snakemake's own message."""
     import yaml
 
     problems = []
@@ -234,9 +232,8 @@ def _schema_problem(error) -> list[str]:
 
 
 def validate(config: dict) -> dict:
-    """The config checked against the schema, in place: numbers read by their meaning (see
-    :func:`_read_numbers`), then every problem of the schema at once, one line each (never
-    the schema or the whole config). Returns the config; raises ConfigError."""
+    """The config checked against the schema, in place (numbers read by their meaning, see
+    :func:`_read_numbers`); ConfigError with every problem at once, one line each."""
     schema = _schema()
     problems: list[str] = []
     read = _read_numbers(config, schema, schema, "", problems)
@@ -285,14 +282,11 @@ def _raise_grouped(problems: dict[str, list[str]], runs: list[str]) -> None:
 
 
 def load_study(config: dict, root: str | Path = ".") -> Study:
-    """Every run of a config (one experiment, or a study's) after every check: the study
-    section, each run's merged config against the schema and the world, and what a study
-    shares. Each problem is told once, with the runs it affects."""
+    """Every run of a config (one experiment, or a study's) after every check; each problem is
+    told once, with the runs it affects."""
     import copy
 
-    problems: dict[str, list[str]] = {}
-    for problem in study_problems(config):
-        problems[problem] = []
+    problems: dict[str, list[str]] = {problem: [] for problem in study_problems(config)}
     _raise_grouped(problems, [])
     if "study" in config:
         specs = run_configs(config)
@@ -435,9 +429,8 @@ def setting_default(dotted: str):
 
 
 def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
-    """What a config that names its own pool (``members`` or ``base_models``) still takes
-    from the embedded default (config.yaml: a 135M toy, two short iterations) where sparta's
-    own defaults (the paper's or the authors' values) differ: one entry per key, as
+    """What a config that names its own pool (``members`` or ``base_models``) still takes from
+    the embedded default (config.yaml: a 135M toy) where sparta's own defaults differ, as
     ``key value (default D)``. Empty when the config keeps the embedded pool."""
     if not {"members", "base_models"} & set(user):
         return []

@@ -202,23 +202,17 @@ def read_prompt_file(
     answer_map: dict | None = None,
 ) -> pd.DataFrame:
     """A user's prompts (jsonl, json, csv or parquet) as a prompts table (only the rows that
-    match ``where``, when given). ``template`` builds each prompt from its row's columns
-    (``{Story}``, ``{Rule-of-Thumb}``: Python format fields named by column); ``answer_map``
-    maps each answer (case and spaces ignored) to what the metric reads (NormAd's yes / no /
-    neutral to the letters of the options the template lists), and the reference answer too
-    when it is read from the same column."""
+    match ``where``). ``template`` builds each prompt from its row's columns (``{Story}``: format
+    fields named by column); ``answer_map`` maps each answer (case and spaces ignored) to what the
+    metric reads (NormAd's yes / no / neutral to option letters), the reference too when it is
+    read from the same column."""
     path = Path(path)
     df, records = _read_table(path, "prompt file", "prompts.file")
     if where and len(df):
         df, records = _matching(df, records, where, path)
     if len(df) == 0:
         raise PromptFileError(f"prompt file {path} is empty")
-    columns = {
-        "prompt": prompt_column,
-        "answer": answer_column,
-        "id": id_column,
-        "reference": reference_column,
-    }
+    columns = dict(prompt=prompt_column, answer=answer_column, id=id_column, reference=reference_column)
     for name, col in columns.items():
         if col is not None and col not in df.columns:
             raise PromptFileError(
@@ -353,9 +347,8 @@ def split(prompts: pd.DataFrame, validation: float, test: float, seed: int) -> d
 
 
 def _problem(domain: str, rng: random.Random, wide: bool = False) -> tuple[str, int, str]:
-    """(question, answer, worked solution) of one problem of a domain; ``wide``: larger
-    numbers (two-digit sums and differences more often, products up to 30 x 12), so that
-    many more distinct problems exist (the power study's 1,200)."""
+    """(question, answer, worked solution) of one problem of a domain; ``wide``: larger numbers,
+    so that many more distinct problems exist (the power study's 1,200)."""
     a, b = rng.randint(2, 9), rng.randint(2, 9)
     if rng.random() < (0.5 if wide else 0.3):
         a, b = rng.randint(10, 99 if wide else 49), rng.randint(2, 9)

@@ -206,8 +206,7 @@ def evaluate_members(
     splits: tuple[str, ...] | None = None,
 ) -> pd.DataFrame:
     """Every member on every example of a task (of ``splits`` only, when given): one row per
-    (member, split, example) with prediction and score (1/0, MC2 mass, or 0-10), scored by the
-    task's metric's scorer (see :class:`Evaluation` for ``serve`` and ``judge``)."""
+    (member, split, example) with prediction and score, by the task's metric's scorer."""
     ev = Evaluation(serve, members, task, system, batch_size, judge)
     score = SCORERS[task.metric]
     frames = []
@@ -229,8 +228,7 @@ def evaluate_members(
 
 def best_on_validation(rows: pd.DataFrame) -> str | None:
     """The member with the best mean validation score in one task's evaluation rows (ties: the
-    first by name), as a run's selection ranks the members of one checkpoint
-    (``analysis.select_best``, ``compare.best_on_validation``); None without validation rows."""
+    first by name), as a run's selection ranks them; None without validation rows."""
     val = rows[rows["split"] == "validation"]
     if len(val) == 0:
         return None
@@ -248,12 +246,10 @@ def evaluate_checkpoint(
     judge: Served | None = None,
     test: str = "all",
 ) -> pd.DataFrame:
-    """One checkpoint's members (``groups``: their names, one list per base model, each served
-    in the same batches) on a task. ``test`` all: every member on every split; selected: every
-    member on validation, then only the best of them (:func:`best_on_validation`) on test,
-    the only member of this checkpoint a selection on validation can pick (the best over
-    several checkpoints is the best of its own). A task without validation rows is tested on
-    every member."""
+    """One checkpoint's members (``groups``: their names, one list per base model, served in the
+    same batches) on a task. ``test`` all: every member on every split; selected: every member on
+    validation, then only the best of them (:func:`best_on_validation`, the only one a selection
+    can pick) on test. A task without validation rows is tested on every member."""
     if test not in ("all", "selected"):
         raise ValueError(f"evaluation.test must be all or selected, not {test!r}")
     args = (task, system, batch_size)

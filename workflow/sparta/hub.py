@@ -68,9 +68,8 @@ class HubRef:
 
 
 def jobs_offline() -> None:
-    """Every job snakemake starts from here (locally, or on Slurm with the submitting
-    environment) runs with ``HF_HUB_OFFLINE=1``: model jobs never touch the network; the local
-    rule hub_download lifts it for its own download."""
+    """Every job snakemake starts from here (locally, or on Slurm) runs with ``HF_HUB_OFFLINE=1``;
+    the local rule hub_download lifts it for its own download."""
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 
@@ -137,8 +136,7 @@ def cached(ref: HubRef | str, revision: str | None = None) -> Path | None:
 
 
 def kind(folder: Path, repo_type: str = "model") -> str | None:
-    """``dataset`` (a dataset repo), ``adapter`` (adapter_config.json), ``model``
-    (config.json) or None."""
+    """``dataset`` (a dataset repo), ``adapter`` (adapter_config.json), ``model`` (config.json) or None."""
     if repo_type == "dataset":
         return "dataset"
     if (folder / "adapter_config.json").is_file():
@@ -216,8 +214,7 @@ def manifest_row(ref: HubRef, folder: Path) -> dict:
 
 
 def write_manifest(rows: list[dict], path: str | os.PathLike) -> None:
-    frame = pd.DataFrame(rows, columns=tables.columns("manifest"))
-    tables.write(frame, path, "manifest")
+    tables.write(pd.DataFrame(rows, columns=tables.columns("manifest")), path, "manifest")
 
 
 @functools.cache
@@ -244,8 +241,7 @@ def find_manifest(start: str | os.PathLike) -> Path | None:
 
 def local(value: str | None, manifest: str | os.PathLike | None = None) -> str | None:
     """A model or adapter folder as a local path: a hub id becomes its snapshot folder in the
-    cache, at the commit the manifest recorded (else the id's own revision); anything else
-    is returned as it is. Never touches the network."""
+    cache at the commit the manifest recorded (else its own revision). Never the network."""
     if not is_ref(value):
         return value
     ref = parse(value)
@@ -287,9 +283,8 @@ def write_dataset(frame, path: str | os.PathLike) -> None:
 
 def adapter_problems(rows: list[dict], backend: str) -> list[str]:
     """What keeps each downloaded adapter of the manifest ``rows`` from being served by
-    ``backend``, before any model job: the LoRA features vLLM refuses
-    (:func:`sparta.modelfiles.backend_adapter_problems`), and, where PEFT is installed, a
-    config PEFT cannot read (both backends load adapters through it or its format)."""
+    ``backend``: :func:`sparta.modelfiles.backend_adapter_problems`, and, where PEFT is
+    installed, a config PEFT cannot read (both backends load adapters through its format)."""
     problems = []
     for row in rows:
         if row["kind"] != "adapter":
@@ -316,10 +311,9 @@ def adapter_problems(rows: list[dict], backend: str) -> list[str]:
 
 
 def config_folder(folder, key: str, want: str, notes: list[str] | None):
-    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its
-    snapshot folder in the Hugging Face cache (never the network). An id not in the cache is
-    deferred (a list: no problem, a note) while rule hub_download can fetch it (a dry run, or
-    the hub answers here), else a problem naming the command that fetches it."""
+    """A folder of the config as a folder to check: itself, or for an ``hf://`` hub id its cached
+    snapshot folder. An id not in the cache is a note (no problem: an empty list) while rule
+    hub_download can fetch it, else a problem naming the command that fetches it."""
     value = str(folder)
     start = value.find(PREFIX.rstrip("/"))
     if start < 0:

@@ -1,10 +1,8 @@
 """A member: :class:`MemberSpec`, the one member type, in the config (an initial member) and
 on disk (a checkpoint's ``member.json``: its base model and its PEFT adapter).
 
-A ``member.json`` stores a path relative to its own folder where that keeps a moved results
-folder whole (an adapter inside that folder, a base inside the results root; anything else
-stays absolute, a hub id as it is), so a results folder copied or moved as a whole (``cp -a
-results elsewhere/``) keeps working.
+A ``member.json`` stores an adapter inside its folder, or a base inside the results root,
+relative to its own folder, so a results folder copied or moved as a whole keeps working.
 Pure: no model is loaded.
 """
 

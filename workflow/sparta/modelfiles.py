@@ -66,10 +66,8 @@ def _gguf_skip(f, kind: int) -> None:
 
 
 def gguf_context_length(path: Path) -> int | None:
-    """The context length a GGUF file's metadata states (``<architecture>.context_length``,
-    what the conversion writes as ``max_position_embeddings``), read from its header with
-    struct alone, stopping once found; None when the file states none or is no GGUF (v2 or
-    later, little-endian)."""
+    """The context length a GGUF file's header states (``<architecture>.context_length``, the
+    converted ``max_position_embeddings``); None when it states none or is no GGUF (v2+, LE)."""
     arch = None
     lengths: dict[str, int] = {}
     try:
@@ -157,11 +155,9 @@ def read_json(path: Path) -> dict | None:
 
 
 def has_chat_template(folder: Path) -> bool:
-    folder = Path(folder)
-    if (folder / "chat_template.jinja").is_file() or (folder / "chat_template.json").is_file():
+    if any((Path(folder) / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
         return True
-    config = read_json(folder / "tokenizer_config.json") or {}
-    return bool(config.get("chat_template"))
+    return bool((read_json(Path(folder) / "tokenizer_config.json") or {}).get("chat_template"))
 
 
 def model_problems(folder: Path, key: str) -> list[str]:
@@ -246,9 +242,8 @@ def adapter_problems(folder: Path, base: Path | None, key: str) -> list[str]:
 
 def module_names(folder: Path) -> set[str] | None:
     """The module names of a model folder as far as its files tell without loading it: every
-    dotted prefix of its weight names (the safetensors headers, or the weight map of a sharded
-    checkpoint's index), and ``lm_head`` where the embeddings are tied (no weight of its own).
-    None when the folder has neither (pytorch_model.bin alone is not read)."""
+    dotted prefix of its weight names (safetensors headers, or a sharded index's weight map),
+    and ``lm_head`` where the embeddings are tied; None when it has neither."""
     folder = Path(folder)
     try:
         shapes = base_shapes(folder)
@@ -387,10 +382,9 @@ def vllm_lora_problems(config: dict) -> list[str]:
 
 
 def backend_adapter_problems(folder: Path, key: str, backend: str) -> list[str]:
-    """What keeps the adapter in ``folder`` from being served by ``backend`` (``vllm``: the
-    features of :func:`vllm_lora_problems`; ``hf``: PEFT serves every LoRA config it reads,
-    checked where PEFT is imported, in the job that downloads hub adapters). Each problem
-    names the config key and the fix."""
+    """What keeps the adapter in ``folder`` from being served by ``backend``: for vllm, the
+    features of :func:`vllm_lora_problems`, each naming the config key and the fix (PEFT serves
+    every LoRA config it reads: checked where PEFT is imported)."""
     if backend != "vllm":
         return []
     path = Path(folder) / "adapter_config.json"

@@ -126,9 +126,8 @@ def _head_fields(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 def _head(hidden, weight, bias, labels):
     """(log-probability, entropy, mean logit, top-1 hit) of each label under the LM head: fp32
-    weights outside autocast (CPU runs) by :func:`_head_fields`, in checkpointed chunks of
-    :data:`HEAD_CHUNK` positions; half-precision weights or autocast (GPU runs), or ``OWN_HEAD``
-    off, by TRL's own chunked kernel (the one its fused forward calls), on scored positions."""
+    weights outside autocast (CPU) by :func:`_head_fields` in checkpointed chunks of
+    :data:`HEAD_CHUNK` positions; else (or ``OWN_HEAD`` off) by TRL's own chunked kernel."""
     if OWN_HEAD and weight.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type):
         if len(hidden) <= HEAD_CHUNK:
             return _head_fields(hidden, weight, bias, labels)

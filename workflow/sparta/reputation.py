@@ -366,12 +366,9 @@ class PoolState:
 
 
 def begin_iteration(state: PoolState, iteration: int, params: ReputationSettings) -> PoolState:
-    """Start iteration ``iteration`` (1-based): restart kappa and apply appendix C.1.
-
-    From ``downweight_start`` on, the member with the lowest reputation (at the end of the
-    previous iteration) not yet down-weighted gets judge weight gamma * (members down-weighted
-    before it): 0.0, then 0.1, 0.2, ... A weight, once given, is kept. Idempotent per iteration.
-    """
+    """Start iteration ``iteration`` (1-based): restart kappa and apply appendix C.1: from
+    ``downweight_start`` on, the lowest-reputation member not yet down-weighted gets judge weight
+    gamma * (members down-weighted before it), kept from then on. Idempotent per iteration."""
     if iteration != state.iteration:
         state.iteration = iteration
         state.round = -1

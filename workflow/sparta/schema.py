@@ -299,12 +299,11 @@ def table_rows(embedded: dict) -> list[tuple[str, ...]]:
         written = _lookup(embedded, key)
         if written is not MISSING and written != default:
             shown += f" (config.yaml: {value_text(written)})"
-        presets = []
-        for name in ("authors", "paper"):
-            preset = (
-                PRESETS[name].get(key.removeprefix("reputation.")) if key.startswith("reputation.") else None
-            )
-            presets.append(table.get(name, "" if preset is None else value_text(preset)))
+        own = key.removeprefix("reputation.") if key.startswith("reputation.") else None
+        presets = [
+            table.get(n, value_text(PRESETS[n][own]) if own in PRESETS[n] else "")
+            for n in ("authors", "paper")
+        ]
         allowed = choices(hint)
         few = allowed and len(allowed) <= CHOICES_SHOWN
         options = f" ({', '.join(f'`{value_text(c)}`' for c in allowed)})" if few else ""
@@ -316,11 +315,11 @@ def table_rows(embedded: dict) -> list[tuple[str, ...]]:
 
 def table_text(embedded: dict) -> str:
     head = ("constant", "`sparta` (default)", "source", "`authors` preset", "`paper` preset", "config key")
-    lines = ["|" + "|".join(f" {cell} " if cell else " " for cell in row) + "|" for row in [head]]
-    lines.append("|" + "---|" * len(head))
-    lines += [
-        "|" + "|".join(f" {cell} " if cell else " " for cell in row) + "|" for row in table_rows(embedded)
+    lines = [
+        "|" + "|".join(f" {cell} " if cell else " " for cell in row) + "|"
+        for row in [head, *table_rows(embedded)]
     ]
+    lines.insert(1, "|" + "---|" * len(head))
     return "\n".join(lines)
 
 

@@ -86,12 +86,10 @@ def limits(partition: str | None, ask_slurm: bool = True, env=os.environ) -> Lim
 
 
 def job_resources(name: str, gpu: int, mem_mb: int, runtime: int, ask_slurm=False, env=os.environ) -> dict:
-    """Snakemake resources of a job (``name`` for the messages): account and partition for
-    every job (``SPARTA_SLURM_PARTITION`` with GPUs, ``SPARTA_SLURM_CPU_PARTITION`` without),
-    the GPU model with GPUs, and memory and time that grow with the attempt within the caps.
-    ``ask_slurm`` (a bool, or a callable asked when the attempt's resources are computed):
-    the partition's caps too, for a run that submits to Slurm (the first attempt is checked
-    against them when the run starts: :func:`check_first_attempts`)."""
+    """Snakemake resources of a job (``name`` for the messages): account and partition
+    (``SPARTA_SLURM_PARTITION`` with GPUs, ``SPARTA_SLURM_CPU_PARTITION`` without), the GPU
+    model, and memory and time that grow with the attempt within the caps. ``ask_slurm`` (a
+    bool, or a callable asked per attempt): the partition's caps too, for a run on Slurm."""
     res: dict = {}
     partition = env.get("SPARTA_SLURM_PARTITION" if gpu else "SPARTA_SLURM_CPU_PARTITION") or None
     if env.get("SPARTA_SLURM_ACCOUNT"):
@@ -144,10 +142,9 @@ def check_request(request: Request, cap: Limits) -> None:
 
 
 def first_attempts(workflow) -> list[Request]:
-    """The :class:`Request` of every job the run is to submit: its first attempt's resources
-    (Snakemake's plan, built when ``onstart`` runs: ``workflow.dag.needrun_jobs()``, each
-    job's ``resources``, a profile's ``set-resources`` applied), named by its rule. Local jobs
-    submit nothing."""
+    """The :class:`Request` of every job the run is to submit (local jobs submit nothing): its
+    first attempt's resources in Snakemake's plan at ``onstart``, a profile's ``set-resources``
+    applied, named by its rule."""
     found = []
     for job in workflow.dag.needrun_jobs():
         if job.is_local:
@@ -161,9 +158,8 @@ def first_attempts(workflow) -> list[Request]:
 
 
 def check_first_attempts(requests, env=os.environ) -> None:
-    """At the start of a run that submits to Slurm, before any job: every first attempt of
-    the jobs to run (their :class:`Request`) within its partition's limits as ``scontrol``
-    reports them (or the environment's caps); the first one past them raises LimitError."""
+    """Before any job of a run on Slurm: the first one whose first attempt is past its
+    partition's limits (``scontrol``'s, or the environment's caps) raises LimitError."""
     for request in sorted(set(requests), key=lambda r: r.name):
         check_request(request, limits(request.partition, True, env))
 

@@ -326,13 +326,11 @@ LOGGED = tuple(
 
 
 def progress(folder: Path, inputs: list) -> tuple[Progress, str | None]:
-    """This attempt's claim on ``folder`` (its trainer folder, beside its outputs: not removed
-    when the job reruns) and the last progress a DPO job saved there for these same ``inputs``
-    (member, seed, loss, trainer arguments, pairs), or None; a folder kept for other inputs is
-    emptied (:class:`sparta.progress.Progress`)."""
+    """This attempt's claim on ``folder`` (the trainer folder, kept when the job reruns) and the
+    last progress a DPO job saved there for these same ``inputs``, or None; a folder kept for
+    other inputs is emptied (:class:`sparta.progress.Progress`)."""
     kept = Progress(folder, inputs)
-    # a save is complete once the trainer wrote its state, last (a job killed while saving
-    # leaves a partial one beside the previous, which the trainer removes only after)
+    # a save is complete once the trainer wrote its state, last (a killed save stays partial)
     saves = sorted(
         (p for p in folder.glob("checkpoint-*") if (p / "trainer_state.json").is_file()),
         key=lambda p: int(p.name.split("-")[1]),
@@ -378,18 +376,15 @@ def dpo_members(
     loss: str = "dpo",
     sppo_eta: float = 1000.0,
 ) -> list[dict]:
-    """DPO of each (member, output folder, seed) on all of an iteration's pairs, one after
-    another on one base load; each adapter is saved under ``<output folder>/adapter``. The
-    reference policy is the member as it enters (TRL's frozen "ref" copy of its adapter, its
-    log-probabilities computed first). A member without pairs is saved unchanged (or as a
-    fresh LoRA). ``loss`` sppo or sppo_hard trains with beta = 1 / ``sppo_eta``. Returns one
-    summary per member (pairs, steps, final loss, the trainer's log history)."""
+    """DPO of each (member, output folder, seed) on its pairs of the iteration, one after another
+    on one base load, each adapter saved under ``<output folder>/adapter``; the reference policy
+    is the member as it enters. A member without pairs is saved unchanged (or as a fresh LoRA).
+    ``loss`` sppo or sppo_hard trains with beta = 1 / ``sppo_eta``. One summary per member."""
     job = _DPOJob(TrainableMembers(lora, runtime), params, runtime, tracking, loss, sppo_eta)
     summaries, everyone = [], prefs
     tok = tok_base = None
     for spec, out_dir, seed in members:
         prefs = pairs_of(everyone, spec.name)
-        out_dir = Path(out_dir)
         if len(prefs) and tok_base != spec.base:
             tok, tok_base = load_tokenizer(spec.base), spec.base
             tok.padding_side = "right"
@@ -397,9 +392,9 @@ def dpo_members(
             prefs = _fitting(prefs, tok, spec.name, runtime.system_prompt, params.max_length)
         if len(prefs) == 0:
             log.warning("member %s: no preference pairs this iteration; member unchanged", spec.name)
-            summaries.append(job.unchanged(spec, seed, out_dir / "adapter"))
+            summaries.append(job.unchanged(spec, seed, Path(out_dir) / "adapter"))
         else:
-            summaries.append(job.train(spec, seed, out_dir, prefs, tok))
+            summaries.append(job.train(spec, seed, Path(out_dir), prefs, tok))
     return summaries
 
 
@@ -482,8 +477,7 @@ class _DPOJob:
         same = {k: v for k, v in args.to_dict().items() if k not in ("logging_dir", "run_name", "output_dir")}
         kept, resume = progress(Path(args.output_dir), [spec, seed, self.loss, same, prefs.to_json()])
         set_seed(seed)
-        extra, sppo = {}, self.loss == "sppo"
-        trainer_class = with_pair_tree(DPOTrainer)
+        extra, sppo, trainer_class = {}, self.loss == "sppo", with_pair_tree(DPOTrainer)
         if sppo:
             trainer_class, collator = sppo_trainer()
             extra["data_collator"] = collator(
@@ -526,18 +520,6 @@ class _DPOJob:
         }
 
 
-def sft_dataset(examples: pd.DataFrame, system: str | None):
-    """SFT examples (prompt, response) as TRL's conversational dataset, with the system prompt."""
-    from datasets import Dataset
-
-    sys = [{"role": "system", "content": system}] if system else []
-    chats = [
-        sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
-        for p, r in zip(examples["prompt"], examples["response"])
-    ]
-    return Dataset.from_dict({"messages": chats})
-
-
 def sft_member(
     spec: MemberSpec,
     examples: pd.DataFrame,
@@ -550,6 +532,7 @@ def sft_member(
 ) -> dict:
     """LoRA SFT of the member's base on ``examples`` (columns prompt, response); saves the
     adapter. Returns a summary with the trainer's log history."""
+    from datasets import Dataset
     from transformers import set_seed
     from trl import SFTConfig, SFTTrainer
 
@@ -577,10 +560,15 @@ def sft_member(
         **tracking.args(name),
         gradient_checkpointing=params.gradient_checkpointing,
     )
+    sys = [{"role": "system", "content": system}] if system else []
+    chats = [  # TRL's conversational dataset, with the system prompt
+        sys + [{"role": "user", "content": p}, {"role": "assistant", "content": r}]
+        for p, r in zip(examples["prompt"], examples["response"])
+    ]
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=sft_dataset(examples, system),
+        train_dataset=Dataset.from_dict({"messages": chats}),
         processing_class=tok,
         peft_config=lora_config(lora),
         callbacks=[progress_callback("SFT", name)],

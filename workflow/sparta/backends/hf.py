@@ -347,12 +347,11 @@ def roomy_cache(room: int) -> DynamicCache:
 
 
 def _prefilled(model, rows: list[list[int]], names: list[str] | None, pad: int, device, room: int = 64):
-    """Inputs of ``model.generate`` for one batch of prompts (token ids), every prompt token
-    but the last already in a KV cache: the start every prompt shares (at least
-    :data:`GENERATE_SHARED_MIN` tokens) once per adapter, each distinct (adapter, prompt)
-    once, then the cache spread over the rows, laid out as shared start, padding, the rest
-    (positions from the mask); nothing to share: left padding, an empty cache. Returns
-    (``input_ids`` and ``attention_mask``, ``{CACHE: the cache}``)."""
+    """Inputs of ``model.generate`` for one batch of prompts (token ids), every prompt token but
+    the last already in a KV cache: the shared start (at least :data:`GENERATE_SHARED_MIN`
+    tokens) once per adapter, each distinct (adapter, prompt) once, laid out as shared start,
+    padding, the rest; nothing to share: left padding, an empty cache. Returns (``input_ids``
+    and ``attention_mask``, ``{CACHE: the cache}``)."""
     n = len(rows)
     who = names or [None] * n
     shared = min(len(os.path.commonprefix(rows)), min(len(r) for r in rows) - 1)

@@ -151,9 +151,8 @@ def install(workflow, run: str, kind: str, target, shared_bases=(), run_dirs=())
 
 
 def started(workflow) -> None:
-    """At a run's start, its lock held (rules/common.smk's onstart): outputs an interrupted run
-    set aside go back where they are missing (:func:`sparta.engine.keep.recover`). Nothing
-    when the engine is not installed."""
+    """At a run's start, its lock held (onstart): :func:`sparta.engine.keep.recover`, where the
+    engine is installed."""
     if _state["installed"]:
         from . import keep
 

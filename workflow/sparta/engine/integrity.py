@@ -151,13 +151,11 @@ def install(workflow, paths) -> None:
 
 def shared_bases(workflow, rules) -> None:
     """Jobs of ``rules`` (convert_gguf: a shared base) rerun without making the jobs that use
-    their outputs rerun with them: Snakemake reruns every job downstream of a job that runs, so
-    deleting ``results/_bases/<base>`` (a cache, to the eye) would retrain every member. While
-    Snakemake decides what runs, these jobs are hidden from their consumers: a deleted base is
-    rebuilt (it is part of the target), its consumers wait for it but rerun only for reasons of
-    their own, such as a base file whose checksum differs from the one Snakemake recorded (for
-    files under 1 MB, such as config.json), so a base rebuilt with the same bytes retrains
-    nothing. Only in snakemake's main process."""
+    their outputs rerun: Snakemake reruns everything downstream of a job that runs, so deleting
+    ``results/_bases/<base>`` (a cache, to the eye) would retrain every member. While Snakemake
+    decides what runs, these jobs are hidden from their consumers, which wait for a rebuilt base
+    but rerun only for reasons of their own (such as a recorded checksum that differs), so a base
+    rebuilt with the same bytes retrains nothing. Only in snakemake's main process."""
     if not workflow.is_main_process:
         return
     from snakemake.dag import DAG

@@ -178,12 +178,10 @@ def clear_stale(
 ) -> list[str]:
     """Remove the lock files of dead runs; return a line per dead owner whose files went.
 
-    A file recorded by a run lock that can be taken is a dead run's, as is one recorded by
-    ``previous`` (what this run's last owner wrote, read when this process took the lock).
-    A file recorded by no run is a dead one's too when no run lock is held at all (a snakemake
-    killed while taking its locks, or one older than this module); while another run is live
-    it is kept, unless ``keep_unclaimed`` is false (``snakemake --unlock``). A live run's files
-    are never removed. Call under :func:`registry`."""
+    A file recorded by a run lock that can be taken, or by ``previous`` (what this run's last
+    owner wrote), is a dead run's. A file recorded by no run is a dead one's too when no run lock
+    is held at all; while another run is live it is kept, unless ``keep_unclaimed`` is false
+    (``snakemake --unlock``). A live run's files are never removed. Call under :func:`registry`."""
     files = lock_files(folder)
     live, dead, open_fds = [], [(record, None) for record in previous], []
     try:

@@ -103,9 +103,8 @@ def _bar(text: str) -> str:
 
 def datamark(text: str) -> str:
     """``text`` spotlighted by datamarking (Hines et al. 2024): every run of spaces and tabs
-    becomes :data:`MARK` (line breaks stay, so code keeps its lines). A marker, or a look-alike
-    of it, already in ``text`` becomes a plain "~" first: an answer cannot forge the marking,
-    nor leave a stretch of its words unmarked."""
+    becomes :data:`MARK` (line breaks stay). A marker or look-alike already in ``text`` becomes
+    a plain "~" first: an answer cannot forge the marking."""
     return re.sub(r"[^\S\n]+", MARK, _MARK_LIKE.sub("~", text))
 
 

@@ -56,19 +56,13 @@ def judge_duels(
     seeds=None,
     rubric: Rubric = SPARTA_RUBRIC,
 ) -> list[Judgment]:
-    """Judge duels: ``items`` holds each duel's two answers in turn (a, b, a, b, ...), and
-    ``judge`` serves one request per item (the member judging it). Returns one Judgment per
-    item: the score of that answer on the 1-10 scale, in either format and mode. ``seeds``
-    (one per item) seed the sampling of mode generate.
-
-    Each duel makes two requests: each answer alone (pointwise), or both answers in both
-    orders (pairwise). ``rubric``: how a pointwise judge is asked and read.
-
-    With ``judge.secret_labels`` (expected mode) every answer one judge scores for one prompt
-    in this call (a judged set: a duel's two answers, a baseline member's K samples, SPPO's
-    pairs of one prompt) shares one label table (:func:`_label_tables`), so a judge's liking
-    for one label cancels within the set, as position bias does, instead of becoming a
-    preference between answers scored through different tables."""
+    """Judge duels: ``items`` holds each duel's two answers in turn (a, b, a, b, ...), ``judge``
+    serves one request per item; one Judgment per item, the answer's score on the 1-10 scale.
+    ``seeds`` (one per item) seed mode generate. Each duel makes two requests: each answer alone
+    (pointwise), or both answers in both orders (pairwise); ``rubric``: how a pointwise judge is
+    asked and read. With ``judge.secret_labels`` (expected mode) every answer one judge scores
+    for one prompt in this call shares one label table (:func:`_label_tables`), so a judge's
+    liking for one label cancels within the set, as position bias does."""
     if len(items) % 2:
         raise ValueError("items come in pairs: the two answers of each duel")
     pairs = cfg.format == "pairwise"

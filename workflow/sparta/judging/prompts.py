@@ -226,10 +226,8 @@ def candidate_ids(full: list[list[int]]) -> tuple[list[int], list[list[int]]]:
 
 
 def strip_score(text: str, rubric: Rubric = SPARTA_RUBRIC) -> str:
-    """A judgment without its score, as Meta-Rewarding's meta-judge compares judgments: every
-    score statement the rubric's parser could read ("Score: 4", "4/5"; for the 1-10 judge also
-    {"score": 7}, "score is 7", "7/10") is removed, so the meta-judge weighs the reasons, not
-    the verdicts."""
+    """A judgment without any score statement the rubric's parser could read ("Score: 4", "4/5",
+    {"score": 7}, "7/10"), so Meta-Rewarding's meta-judge weighs the reasons, not the verdicts."""
     if rubric.name == "sparta":
         out = re.sub(r'\{[^{}]*"score"[^{}]*\}', "", text)
         out = re.sub(

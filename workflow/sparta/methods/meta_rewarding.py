@@ -212,10 +212,9 @@ def _judge_users(run, asked: list, chosen: list[Rejudged], rubric) -> list:
 
 
 def _meta_verdicts(run, chosen: list[Rejudged], judgments: list[list], users: list, n: int, rubric):
-    """Every two judgments of a chosen answer, stripped of their scores, in both orders, each
-    judged by the member itself as meta-judge: the questions and their verdicts. Only where a
-    judge pair can form (two of the judgments give different scores): elsewhere, whatever the
-    meta-judge said, the pair of the highest and the lowest rated would be dropped."""
+    """Every two judgments of a chosen answer, stripped of their scores, in both orders, judged
+    by the member itself as meta-judge: the questions and their verdicts. Only where a judge
+    pair can form (two judgments give different scores): elsewhere it would be dropped."""
     orders = [(a, b) for a in range(n) for b in range(n) if a != b]
     shown = [[strip_score(j.raw, rubric) for j in js] for js in judgments]
     asks = [
@@ -275,9 +274,8 @@ NOT_ASKED = (
 
 
 def can_pair(scores: list[float | None]) -> bool:
-    """Whether judgments with these scores can make a judge pair: the pair's two judgments
-    need a score each and different ones, so at least two distinct usable scores. (At 135M
-    most sampled judgments never write "Score: N": in the study of 2026-12-03, 8 of 288.)"""
+    """Whether judgments with these scores can make a judge pair: at least two distinct usable
+    scores. (At 135M most sampled judgments never write "Score: N": the study of 2026-12-03, 8 of 288.)"""
     return len({s for s in scores if s is not None}) >= 2
 
 
@@ -303,8 +301,7 @@ def distribution_variance(raw: str, rubric) -> float | None:
 
 def most_varied(variances: dict[int, float | None]) -> int | None:
     """The answer (sample) whose judgments vary most; the lowest sample on a tie; None when no
-    answer's judgments vary (all agree, or too few are usable: every judge pair would be
-    dropped for equal scores, so the meta-judge is not asked)."""
+    answer's judgments vary (every judge pair would be dropped: the meta-judge is not asked)."""
     have = [(v, k) for k, v in variances.items() if v is not None and v > 0]
     return min(have, key=lambda vk: (-vk[0], vk[1]))[1] if have else None
 
@@ -316,10 +313,9 @@ def elo_win(diff: float) -> float:
 
 def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1e-2) -> list[float]:
     """Elo ratings (mean 1000) of ``n`` players from ``outcomes`` (first, second, score of the
-    first in [0, 1]: here P(the judgment shown first is better)), fitted by maximum likelihood
-    of the Bradley-Terry model P(i beats j) = 1 / (1 + 10^((r_j - r_i) / 400)), as Chatbot Arena
-    computes Elo; ``prior`` (a Gaussian penalty on the log-strengths) keeps them finite when
-    one player wins every comparison. Newton's method."""
+    first in [0, 1]), the maximum likelihood of Bradley-Terry P(i beats j) = 1 / (1 + 10^((r_j -
+    r_i) / 400)) by Newton's method, as Chatbot Arena computes Elo; ``prior`` (a Gaussian penalty
+    on the log-strengths) keeps them finite when one player wins every comparison."""
     theta = np.zeros(n)
     for _ in range(100):
         grad, hess = -prior * theta, -prior * np.eye(n)
@@ -343,10 +339,9 @@ def elo_ratings(n: int, outcomes: list[tuple[int, int, float]], prior: float = 1
 
 
 def meta_judge_pairs(duels, judgments) -> list[dict]:
-    """Judge pairs of meta-rewarding before the caps: for each meta row (kind "meta", raw: the
-    judge's user message, the N judgments, their scores and Elo ratings), the highest-rated
-    judgment is chosen and the lowest rejected; none when their ratings tie, their scores are
-    equal or either has no score."""
+    """Judge pairs of meta-rewarding before the caps: of each meta row (kind "meta"), the
+    highest-rated judgment chosen and the lowest rejected; none when their ratings tie, their
+    scores are equal or either has no score."""
     return [p for p, _ in judge_pair_candidates(duels, judgments)]
 
 

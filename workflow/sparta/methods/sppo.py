@@ -143,10 +143,8 @@ def share(total: int, k: int) -> list[int]:
 
 
 def win_rates(p_beats: dict[tuple[int, int], float], samples: list[int]) -> dict[int, float]:
-    """SPPO's win probability of each of the K answers against the policy's answers, as its
-    official code estimates it: the mean of P(i beats j) over all K answers j, the answer itself
-    included with P(i beats i) = 1/2, i.e. (sum over j != i of P(i beats j) + 1/2) / K; from
-    P(i beats j) for i < j (P(j beats i) = 1 - P(i beats j))."""
+    """SPPO's win probability of each of the K answers, as its official code estimates it:
+    (sum over j != i of P(i beats j) + 1/2) / K, from P(i beats j) for i < j."""
     rates = {}
     for i in samples:
         wins = [p_beats[(i, j)] if (i, j) in p_beats else 1 - p_beats[(j, i)] for j in samples if j != i]
