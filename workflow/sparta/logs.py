@@ -38,24 +38,17 @@ def setup(log_path: str | None, threads: int | None = None) -> logging.Logger:
 
 
 def fair_threads(threads: int, log: logging.Logger) -> int:
-    """``threads``, less one for each of the job's cores that other programs keep busy
-    (measured over :data:`LOOK` seconds; ``SPARTA_FAIR_THREADS=0``: ``threads`` as given).
-    Beside a busy program, a job's OpenMP threads spin at every barrier while the program holds
-    a core they wait for: on 2 cores one busy process made the round 2.2x slower with 2 threads
-    (docs/results.md, "A round under load"); one thread waits for nobody."""
+    """``threads``, less one for each of the job's cores that other programs keep busy over
+    :data:`LOOK` seconds (``SPARTA_FAIR_THREADS=0``: ``threads`` as given). Beside a busy
+    program, OpenMP threads spin at every barrier waiting for the one it holds off its core; one
+    thread waits for nobody (docs/results.md, "A round under load")."""
     if threads < 2 or os.environ.get("SPARTA_FAIR_THREADS", "1") == "0":
         return threads
     busy = busy_elsewhere()
     fair = max(1, min(threads, len(os.sched_getaffinity(0)) - math.floor(busy + 0.25)))
     if fair < threads:
-        log.info(
-            "%d thread(s) instead of %d: other programs keep %.1f of this job's cores busy "
-            "(SPARTA_FAIR_THREADS=0 keeps %d)",
-            fair,
-            threads,
-            busy,
-            threads,
-        )
+        msg = "%d thread(s), not %d: other programs keep %.1f of the job's cores busy (SPARTA_FAIR_THREADS=0)"
+        log.info(msg, fair, threads, busy)
     return fair
 
 
@@ -63,33 +56,25 @@ LOOK = 0.25  # seconds fair_threads watches the job's cores
 
 
 def busy_elsewhere(seconds: float = LOOK) -> float:
-    """Cores of this process's CPU set kept busy by other processes over ``seconds`` (Linux
+    """Cores of this process's CPU set that other processes kept busy over ``seconds`` (Linux
     ``/proc``; 0 where it cannot be read)."""
     try:
-        before = _jiffies()
-        time.sleep(seconds)
-        after = _jiffies()
+        (busy0, total0, own0), _, (busy1, total1, own1) = _ticks(), time.sleep(seconds), _ticks()
     except (OSError, ValueError, IndexError):
         return 0.0
-    (busy0, total0, own0), (busy1, total1, own1) = before, after
-    cores = len(os.sched_getaffinity(0))
-    return max(0.0, (busy1 - busy0 - (own1 - own0)) / max(1, total1 - total0) * cores)
+    share = (busy1 - busy0 - (own1 - own0)) / max(1, total1 - total0)
+    return max(0.0, share * len(os.sched_getaffinity(0)))
 
 
-def _jiffies() -> tuple[int, int, int]:
-    """(busy, total) CPU ticks of this process's CPUs, and this process's own ticks."""
+def _ticks() -> tuple[int, int, int]:
+    """CPU ticks of this process's CPUs (busy, all) and of this process itself."""
     mine = {f"cpu{n}" for n in os.sched_getaffinity(0)}
-    busy = total = 0
     with open("/proc/stat") as f:
-        for line in f:
-            name, *ticks = line.split()
-            if name in mine:
-                user, nice, system, idle, iowait, irq, softirq, steal = (int(t) for t in ticks[:8])
-                busy += user + nice + system + irq + softirq + steal
-                total += user + nice + system + idle + iowait + irq + softirq + steal
+        rows = [[int(t) for t in line.split()[1:9]] for line in f if line.split()[0] in mine]
     with open("/proc/self/stat") as f:
         own = f.read().rsplit(")", 1)[1].split()
-    return busy, total, int(own[11]) + int(own[12])  # utime, stime
+    idle = sum(r[3] + r[4] for r in rows)  # idle, iowait
+    return sum(map(sum, rows)) - idle, sum(map(sum, rows)), int(own[11]) + int(own[12])
 
 
 def _log_uncaught(kind, error, tb) -> None:
