@@ -96,6 +96,20 @@ def test_generate_mode_judges_write_their_judgments(tmp_path):
     assert per_iteration(half, "cross-judging") == (8 * 2, 8 * (12 + 92 + 20 + 4), 0)
 
 
+def test_vllm_scoring_counts_each_candidate_prefix(tmp_path):
+    """backend vllm: each of the 8 pointwise judgments (132 tokens) adds 10 candidate-prefix
+    requests, each computing the prompt's last partial block of 16 (132 % 16 = 4) and its own
+    token: 132 + 10 x 5 = 182 each; in generate mode nothing is scored."""
+    (run,) = tiny(tmp_path, backend="vllm")
+    assert per_iteration(run, "cross-judging") == (0, 8 * 182, 0)
+    assert per_iteration(run, "combat generation") == (64, 256, 0)
+    (generated,) = tiny(tmp_path, backend="vllm", judge={"mode": "generate"})
+    assert per_iteration(generated, "cross-judging") == (40, 1056, 0)
+    # pairwise: 8 requests (4 duels, both orders) of 136 tokens, 2 prefixes (A, B): 136 + 2 x 9
+    (pairs,) = tiny(tmp_path, backend="vllm", judge={"format": "pairwise"})
+    assert per_iteration(pairs, "cross-judging") == (0, 8 * 154, 0)
+
+
 @pytest.mark.parametrize(
     ("method", "baselines", "expected"),
     [

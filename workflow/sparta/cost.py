@@ -217,8 +217,10 @@ def assumption_lines(runs: Sequence[RunCost], a: Assumptions) -> list[str]:
         f"prompt text at about {workload.CHARS_PER_TOKEN} characters a token; the chat template adds "
         f"{workload.CHAT_TEMPLATE_TOKENS} tokens and the system prompt; judge prompts' own text measured "
         "the same way",
-        "expected-mode judging reads its prompt once (a few candidate tokens are not counted); "
-        "prefix caching is not credited",
+        "expected-mode judging reads its prompt once on the hf backend (a few candidate tokens "
+        "are not counted); on vllm each candidate prefix is a request that recomputes the prompt's "
+        f"last partial block of {workload.VLLM_BLOCK} tokens (pointwise 1-10: 10 such requests, "
+        "pairwise and meta 2, additive 0); prefix caching across judgments is not credited",
         "not counted: the initial pool's SFT, a job's start (imports, loading the base, engine "
         "warm-up), the analyses",
     ]

@@ -183,9 +183,33 @@ def judge_read(s: Settings, n: Lengths, template: str, answers: int = 1) -> int:
     return min(s.judge.max_length, n.overhead + templates()[template] + n.instruction + answers * shown)
 
 
-def _judged(s: Settings, n: Lengths, requests: int, read: int, generate: bool) -> Tokens:
+SCORED_PREFIXES = {"sparta": 10, "pairwise": 2, "additive": 0, "meta": 2}
+"""Requests beyond the prompt's that vLLM's expected-mode scoring makes per judgment: one per
+candidate prefix (pointwise 1-10: the prompt followed by each of 1 to 9, and by 1 0; pairwise, meta:
+A and B; additive 0-5: none), with SmolLM2's tokenizer (a digit, a letter, ``"}`` a token)."""
+VLLM_BLOCK = 16
+"""vLLM's KV-cache block on a GPU, in tokens: a prefix request reads its prompt's full blocks
+from the prefix cache and computes the rest (the CPU build's block: 128)."""
+
+
+def vllm_scoring(read: int, prefixes: int, block: int = VLLM_BLOCK) -> int:
+    """Prompt tokens vLLM computes for an expected-mode judgment whose prompt is ``read`` tokens,
+    with ``prefixes`` candidate-prefix requests: each recomputes the prompt's last partial
+    ``block`` and its own token (the prompt's full blocks come from the prefix cache)."""
+    return read + prefixes * (read % block + 1)
+
+
+def scored_read(s: Settings, read: int, template: str) -> int:
+    """Prompt tokens computed for one expected-mode judgment of ``read`` tokens on s's backend."""
+    if s.backend != "vllm" or s.judge.mode != "expected":
+        return read
+    return vllm_scoring(read, SCORED_PREFIXES[template])
+
+
+def _judged(s: Settings, n: Lengths, requests: int, read: int, generate: bool, template: str = "") -> Tokens:
     if s.judge.kind == "reference":  # answers checked against the prompt's answer: no model
         return Tokens()
+    read = read if generate else scored_read(s, read, template)
     return Tokens(generated=requests * n.judgment if generate else 0, read=requests * read)
 
 
@@ -193,8 +217,9 @@ def cross_judging(s: Settings, n: Lengths, p: int) -> Tokens:
     """Every member not in a duel judges it: two requests (pointwise: each answer; pairwise:
     both answers in both orders), reading; in generate mode each also writes a judgment."""
     pairwise = s.judge.format == "pairwise"
-    read = judge_read(s, n, "pairwise" if pairwise else "sparta", 2 if pairwise else 1)
-    return _judged(s, n, p * (len(s.members) - 2) * 2, read, s.judge.mode == "generate")
+    template = "pairwise" if pairwise else "sparta"
+    read = judge_read(s, n, template, 2 if pairwise else 1)
+    return _judged(s, n, p * (len(s.members) - 2) * 2, read, s.judge.mode == "generate", template)
 
 
 def self_judging(s: Settings, n: Lengths, p: int) -> Tokens:
@@ -202,7 +227,8 @@ def self_judging(s: Settings, n: Lengths, p: int) -> Tokens:
     generate = s.judge.mode == "generate"
     each = s.baselines.judge_samples if generate else 1
     answers = len(s.members) * p * methods.get(s.method).samples(s.baselines.samples)
-    return _judged(s, n, answers * each, judge_read(s, n, s.baselines.judge_prompt), generate)
+    read = judge_read(s, n, s.baselines.judge_prompt)
+    return _judged(s, n, answers * each, read, generate, s.baselines.judge_prompt)
 
 
 def meta_judging(s: Settings, n: Lengths, p: int) -> Tokens:
@@ -216,7 +242,7 @@ def meta_judging(s: Settings, n: Lengths, p: int) -> Tokens:
     user = judge_read(s, n, s.baselines.judge_prompt) - n.overhead
     reuse = s.judge.mode == "generate" and s.baselines.judge_samples >= k
     sampled = Tokens() if reuse else _judged(s, n, rejudged * k, user + n.overhead, True)
-    compare = n.overhead + templates()["meta"] + user + 2 * n.judgment
+    compare = scored_read(s, n.overhead + templates()["meta"] + user + 2 * n.judgment, "meta")
     return sampled + Tokens(read=rejudged * k * (k - 1) * compare)
 
 
@@ -224,7 +250,8 @@ def annotation(s: Settings, n: Lengths, p: int) -> Tokens:
     """SPPO: every two of a member's K answers to a prompt compared pairwise in both orders
     (K (K - 1) requests, expected mode: nothing generated)."""
     k = methods.get(s.method).samples(s.baselines.samples)
-    return _judged(s, n, len(s.members) * p * k * (k - 1), judge_read(s, n, "pairwise", 2), False)
+    read = judge_read(s, n, "pairwise", 2)
+    return _judged(s, n, len(s.members) * p * k * (k - 1), read, False, "pairwise")
 
 
 StageFn = Callable[[Settings, Lengths, int], Tokens]
