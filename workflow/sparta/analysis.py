@@ -116,8 +116,7 @@ def pair_counts(method, duels, responses, judgments, history, prefs, *, baseline
             )
         else:
             identical = 0
-            mine = duels[duels["iteration"] == t]
-            for _, round_duels in mine.groupby("round"):
+            for _, round_duels in duels[duels["iteration"] == t].groupby("round"):
                 ids = set(round_duels["duel_id"])
                 identical += method.kept_pairs(
                     round_duels,

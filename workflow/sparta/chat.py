@@ -16,8 +16,7 @@ def chat_text(tok, user: str, system: str | None = None, assistant_prefix: str =
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": user}
     ]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text + assistant_prefix
+    return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + assistant_prefix
 
 
 def stop_token_ids(tok) -> list[int]:

@@ -85,8 +85,7 @@ def cmd_pairs(args) -> pd.DataFrame:
     )
     judgments = tables.read_many(layout.round_files(folder, "judgments/*.parquet"), "judgments")
     prefs = prefs.assign(disagreement=disagreement(prefs, judgments))
-    states = tables.read_many(layout.round_files(folder, "state.parquet"), "state")
-    members = sorted(set(states["member"]))
+    members = sorted(set(tables.read_many(layout.round_files(folder, "state.parquet"), "state")["member"]))
     for flag, name in (("--member", args.member), ("--trainee", args.trainee)):
         if name and members and name not in members:
             raise CLIError(f"{flag} {name}: no such member in {folder}; its members: {', '.join(members)}")
@@ -255,10 +254,8 @@ def _print(result, as_json: bool) -> None:
         print(result)
         return
     if as_json:
-        if isinstance(result, pd.DataFrame):
-            print(result.to_json(orient="records", indent=1))
-        else:
-            print(json.dumps(result, indent=1))
+        frame = isinstance(result, pd.DataFrame)
+        print(result.to_json(orient="records", indent=1) if frame else json.dumps(result, indent=1))
         return
     if isinstance(result, dict) and "duel_id" not in result:  # config, export
         print(yaml.safe_dump(result, sort_keys=False), end="")
@@ -398,12 +395,7 @@ def _parse(argv) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = _parse(argv)
     commands = {
-        "pairs": cmd_pairs,
-        "standings": cmd_standings,
-        "show": cmd_show,
-        "config": cmd_config,
-        "export": cmd_export,
-        "compare": cmd_compare,
+        f.__name__[4:]: f for f in (cmd_pairs, cmd_standings, cmd_show, cmd_config, cmd_export, cmd_compare)
     }
     try:
         result = commands[args.command](args)

@@ -161,16 +161,12 @@ def check_config_files(paths) -> None:
         raise ConfigError("config problems:\n  - " + "\n  - ".join(problems))
 
 
-def _types(node: dict) -> set[str]:
-    kind = node.get("type", ())
-    return {kind} if isinstance(kind, str) else set(kind)
-
-
 def _read_numbers(value, node: dict, root: dict, where: str, problems: list[str]):
     """``value`` with every number read by its meaning, where the schema ``node`` says a
     number: text such as ``"1e-6"`` becomes the number, an integral float of an integer key
     the integer; a NaN or an infinity anywhere is a problem (no setting means it)."""
-    types = _types(node)
+    kind = node.get("type", ())
+    types = {kind} if isinstance(kind, str) else set(kind)
     if isinstance(value, dict):
         props = node.get("properties", {})
         extra = node.get("additionalProperties")
@@ -420,18 +416,12 @@ def _sets(config: dict, dotted: str) -> bool:
     return True
 
 
-def setting_default(dotted: str):
-    """The default sparta's settings dataclasses give a dotted key (MISSING when the key has
-    none: a required key, a section, or one inside a list)."""
-    from .schema import defaults
-
-    return defaults().get(dotted, MISSING)
-
-
 def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
     """What a config that names its own pool (``members`` or ``base_models``) still takes from
     the embedded default (config.yaml: a 135M toy) where sparta's own defaults differ, as
     ``key value (default D)``. Empty when the config keeps the embedded pool."""
+    from .schema import defaults
+
     if not {"members", "base_models"} & set(user):
         return []
     skip = ["experiment", "members", "base_models", "study"]
@@ -444,7 +434,7 @@ def embedded_leftovers(embedded: dict, user: dict) -> list[str]:
     for key, value in _leaves(embedded):
         if key.split(".")[0] in skip or _sets(user, key):
             continue
-        default = setting_default(key)
+        default = defaults().get(key, MISSING)  # MISSING: a required key, a section, or in a list
         if default is MISSING or _same(value, default):
             continue
         if isinstance(value, list):

@@ -464,9 +464,7 @@ def sft_examples(domain: str, n: int, seed: int) -> pd.DataFrame:
 
 def write_jsonl(df: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in df.to_dict(orient="records"):
-            f.write(json.dumps(row) + "\n")
+    path.write_text("".join(json.dumps(row) + "\n" for row in df.to_dict(orient="records")))
 
 
 def main(argv=None):

@@ -33,8 +33,7 @@ REFERENCE_JUDGE_PROMPT = (
 
 
 def mc_prompt(question: str, options: list[str]) -> str:
-    letters = string.ascii_uppercase
-    lines = [question, ""] + [f"{letters[i]}. {o}" for i, o in enumerate(options)]
+    lines = [question, ""] + [f"{string.ascii_uppercase[i]}. {o}" for i, o in enumerate(options)]
     return "\n".join(lines) + "\n\nAnswer with the letter of the correct option."
 
 

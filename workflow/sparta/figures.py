@@ -60,22 +60,19 @@ def _iterations(ax, x: pd.Series, ylabel: str, title: str) -> None:
 
 def _trajectory(history: pd.DataFrame, member: str):
     """(duel step, reputation, deviation) of one member along the history, step 0 = start."""
-    steps, rep, dev = [], [], []
+    points = []
     for i, h in enumerate(history.itertuples(index=False), start=1):
         for side in ("a", "b"):
             if getattr(h, f"member_{side}") != member:
                 continue
-            if not steps:
-                steps.append(0)
-                rep.append(getattr(h, f"reputation_{side}_before"))
-                dev.append(getattr(h, f"deviation_{side}_before"))
-            steps.append(i)
-            rep.append(getattr(h, f"reputation_{side}_after"))
-            dev.append(getattr(h, f"deviation_{side}_after"))
-    if steps:
-        steps.append(len(history))
-        rep.append(rep[-1])
-        dev.append(dev[-1])
+            if not points:
+                points.append(
+                    (0, getattr(h, f"reputation_{side}_before"), getattr(h, f"deviation_{side}_before"))
+                )
+            points.append((i, getattr(h, f"reputation_{side}_after"), getattr(h, f"deviation_{side}_after")))
+    if points:
+        points.append((len(history), *points[-1][1:]))
+    steps, rep, dev = zip(*points) if points else ((), (), ())
     return np.array(steps), np.array(rep, dtype=float), np.array(dev, dtype=float)
 
 
@@ -332,10 +329,8 @@ def eq1(path: Path) -> Path:
     runs them (:mod:`sparta.reputation`), as an SVG."""
     matplotlib.rcParams.update({"svg.hashsalt": "sparta", "font.size": 9})
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.4), constrained_layout=True)
-    _surprise_panel(axes[0, 0])
-    _deviation_panel(axes[0, 1])
-    _kappa_panel(axes[1, 0])
-    _downweighting_panel(axes[1, 1])
+    for ax, panel in zip(axes.flat, (_surprise_panel, _deviation_panel, _kappa_panel, _downweighting_panel)):
+        panel(ax)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)

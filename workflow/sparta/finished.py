@@ -59,9 +59,7 @@ def read_switch(config: dict) -> dict:
 def recorded(settings: Settings) -> dict:
     """What rule record_settings writes of a run: every setting but :data:`SWITCH` (a choice of
     one command, not of the run)."""
-    data = settings.to_dict()
-    data.pop(SWITCH, None)
-    return data
+    return {k: v for k, v in settings.to_dict().items() if k != SWITCH}
 
 
 @dataclass(frozen=True)

@@ -82,8 +82,7 @@ def parse(value: str) -> HubRef:
     m = _REF.fullmatch(value)
     if m is None:
         raise HubError(f"{value!r} is not a hub id: write hf://<org>/<name>[@<revision>]")
-    repo_type = "dataset" if m.group(1) else "model"
-    return HubRef(value, f"{m.group(2)}/{m.group(3)}", m.group(4), repo_type)
+    return HubRef(value, f"{m.group(2)}/{m.group(3)}", m.group(4), "dataset" if m.group(1) else "model")
 
 
 def dataset_id(value: str) -> str:

@@ -108,8 +108,7 @@ def mc1_mc2(logprobs: Sequence[float], labels: Sequence[int]) -> tuple[float, fl
     best = max(range(len(logprobs)), key=lambda i: logprobs[i])
     top = max(logprobs)
     p = [math.exp(lp - top) for lp in logprobs]
-    mc2 = sum(pi for pi, y in zip(p, labels) if y) / sum(p)
-    return float(labels[best] == 1), mc2
+    return float(labels[best] == 1), sum(pi for pi, y in zip(p, labels) if y) / sum(p)
 
 
 def label_accuracy(prefs: pd.DataFrame, answers: pd.Series, kind: str = "number") -> pd.DataFrame:

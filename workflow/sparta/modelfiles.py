@@ -326,8 +326,7 @@ _EMBEDDINGS = ("embed_tokens", "lm_head", "wte", "embed_out")
 def lora_rank(config: dict) -> int:
     """The largest rank of a LoRA ``adapter_config.json``: ``r`` and every ``rank_pattern``
     override (a per-module rank; PEFT and vLLM both read it)."""
-    ranks = [config.get("r", 8), *(config.get("rank_pattern") or {}).values()]
-    return max(int(r) for r in ranks)
+    return max(int(r) for r in [config.get("r", 8), *(config.get("rank_pattern") or {}).values()])
 
 
 def _targets(config: dict) -> list[str]:

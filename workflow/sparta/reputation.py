@@ -466,12 +466,8 @@ class Verdict:
 
 
 def _standing(state: PoolState, a: int, b: int, when: str) -> dict:
-    return {
-        f"reputation_a_{when}": state.reputation[a],
-        f"deviation_a_{when}": state.deviation[a],
-        f"reputation_b_{when}": state.reputation[b],
-        f"deviation_b_{when}": state.deviation[b],
-    }
+    sides = (("a", a), ("b", b))
+    return {f"{k}_{s}_{when}": getattr(state, k)[i] for s, i in sides for k in ("reputation", "deviation")}
 
 
 def settle_duel(state: PoolState, duel: Duel, verdict: Verdict, params: ReputationSettings) -> dict:

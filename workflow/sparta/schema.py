@@ -309,8 +309,7 @@ def table_rows(embedded: dict) -> list[tuple[str, ...]]:
         options = f" ({', '.join(f'`{value_text(c)}`' for c in allowed)})" if few else ""
         row = (table["constant"], shown, table["source"], *presets)
         rows.setdefault(row, []).append(f"`{key}`{options}")
-    out = [(*row, ", ".join(keys)) for row, keys in rows.items()]
-    return out + NOTE_ROWS
+    return [(*row, ", ".join(keys)) for row, keys in rows.items()] + NOTE_ROWS
 
 
 def table_text(embedded: dict) -> str:

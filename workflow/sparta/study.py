@@ -23,7 +23,6 @@ Pure: no model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -37,9 +36,8 @@ def merge(base: dict, extra: dict) -> dict:
     """``extra`` deep-merged over ``base`` (lists replace), as Snakemake merges configs."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = (
-            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = merge(out[key], value) if both else value
     return out
 
 
@@ -238,10 +236,6 @@ def _init_data(settings: Settings) -> dict:
     return {**{k: data[k] for k in INIT_KEYS}, "prompts": prompts}
 
 
-def _init_key(settings: Settings) -> str:
-    return hashlib.sha1(json.dumps(_init_data(settings), sort_keys=True).encode()).hexdigest()[:10]
-
-
 def _differences(a: Settings, b: Settings) -> list[str]:
     """The init keys (dotted for prompts) whose values differ between two experiments."""
     da, db = _init_data(a), _init_data(b)
@@ -347,7 +341,8 @@ def _initial_pools(
     sets_members = {exp_id: "members" in (overlays[labels[exp_id]] or {}) for exp_id in experiments}
     groups: dict[tuple, list[str]] = {}
     for exp_id, s in experiments.items():
-        groups.setdefault((s.seed, task_of[exp_id], _init_key(s)), []).append(exp_id)
+        init = json.dumps(_init_data(s), sort_keys=True)  # what the pool is made from
+        groups.setdefault((s.seed, task_of[exp_id], init), []).append(exp_id)
     init_of, inits = {}, {}
     for seed, task in dict.fromkeys((s.seed, task_of[e]) for e, s in experiments.items()):
         keys = [k for k in groups if k[:2] == (seed, task)]

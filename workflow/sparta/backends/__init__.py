@@ -111,8 +111,7 @@ def open_backend(backend: BackendSettings, runtime: Runtime, specs: Sequence[Mem
     slots from them)."""
     if backend.name not in BACKENDS:
         raise ValueError(f"unknown backend {backend.name!r}: use one of {sorted(BACKENDS)}")
-    module = importlib.import_module(BACKENDS[backend.name])
-    return module.open_backend(backend, runtime, list(specs))
+    return importlib.import_module(BACKENDS[backend.name]).open_backend(backend, runtime, list(specs))
 
 
 def decode_answer(tok, ids: list[int], stops, finished: bool = False) -> Generation:

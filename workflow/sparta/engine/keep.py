@@ -124,8 +124,7 @@ def install(workflow) -> None:
 
     async def remove_existing_output(self):
         """Move the outputs aside instead of deleting them; the logs go as before."""
-        outputs = [f for f in self.output if not is_flagged(f, "update")]
-        moved = set_aside(self, outputs)
+        moved = set_aside(self, [f for f in self.output if not is_flagged(f, "update")])
         if moved:
             _say(f"set aside the {moved} previous output file(s) of {self.rule.name} ({job_folder(self)})")
         await _original["remove"](self)  # nothing left of the outputs but the update-flagged ones

@@ -1,11 +1,8 @@
 """Locks of the runs that work in one folder: each live run keeps its own, a dead one's go.
 
-Snakemake records what a run reads and writes in ``.snakemake/locks/<n>.input.lock`` and
-``<n>.output.lock`` and refuses a run whose outputs overlap them. Side by side in one folder
-that is unsafe: Snakemake 9's unlock (``FilePersistence._delete_locks``) removes the whole
-``locks`` folder, every other live run's lock files with it, and a run killed hard
-(``kill -9``, a node failure) leaves lock files that nothing tells from a live run's
-(docs/development/engine.md). So, in snakemake's main process (:func:`install`):
+Snakemake's lock files (``.snakemake/locks/<n>.{input,output}.lock``) are unsafe side by side:
+its unlock removes every live run's, and a run killed hard leaves ones that nothing tells from
+a live run's (docs/development/engine.md). So, in snakemake's main process (:func:`install`):
 
 * A run (an experiment, or a study: everything under ``results/<name>/``) holds a kernel lock,
   ``.snakemake/sparta-<name>.flock``, until it unlocks or dies; inside, its owner (pid, host,
@@ -151,9 +148,10 @@ def _claimed(record: dict, files: dict[str, Path]) -> list[str]:
     return [name for name, sha in claims.items() if name in files and _sha(files[name]) == sha]
 
 
-def _runs(folder: Path, skip: Path | None = None):
-    """(record, fd or None) of every run lock in the folder: fd None when a live process holds
-    it, else an fd now holding it (the caller closes it). Only under :func:`registry`."""
+def _runs(folder: Path, skip: Path | None, stack: ExitStack) -> tuple[list[dict], list[tuple[dict, int]]]:
+    """The records of the run locks in the folder that a live process holds, and (record, fd) of
+    the others, each fd now holding its lock until ``stack`` closes. Only under :func:`registry`."""
+    live, dead = [], []
     for path in sorted(folder.glob("sparta-*.flock")):
         if path == skip:
             continue
@@ -167,10 +165,12 @@ def _runs(folder: Path, skip: Path | None = None):
         try:
             _flock(fd, path)
         except BlockingIOError:
-            yield _read(fd), None
+            live.append(_read(fd))
             os.close(fd)
             continue
-        yield _read(fd), fd
+        stack.callback(os.close, fd)
+        dead.append((_read(fd), fd))
+    return live, dead
 
 
 def clear_stale(
@@ -183,19 +183,13 @@ def clear_stale(
     is held at all; while another run is live it is kept, unless ``keep_unclaimed`` is false
     (``snakemake --unlock``). A live run's files are never removed. Call under :func:`registry`."""
     files = lock_files(folder)
-    live, dead, open_fds = [], [(record, None) for record in previous], []
-    try:
-        for record, fd in _runs(folder, skip):
-            if fd is None:
-                live.append(record)
-            else:
-                open_fds.append(fd)
-                dead.append((record, fd))
+    with ExitStack() as stack:
+        live, dead = _runs(folder, skip, stack)
         if not files:
             return []
         kept = {name for record in live for name in _claimed(record, files)}
         removed, lines = set(), []
-        for record, fd in dead:
+        for record, fd in [(record, None) for record in previous] + dead:
             names = _claimed(record, files)
             for name in names:
                 files[name].unlink(missing_ok=True)
@@ -211,20 +205,12 @@ def clear_stale(
                 files[name].unlink(missing_ok=True)
             lines.append(f"one whose owner is not recorded ({', '.join(sorted(unclaimed))})")
         return lines
-    finally:
-        for fd in open_fds:
-            os.close(fd)
 
 
 def live_runs(folder: Path, skip: Path | None = None) -> list[dict]:
     """The records of the runs whose lock a live process holds. Call under :func:`registry`."""
-    live = []
-    for record, fd in _runs(folder, skip):
-        if fd is None:
-            live.append(record)
-        else:
-            os.close(fd)
-    return live
+    with ExitStack() as stack:
+        return _runs(folder, skip, stack)[0]
 
 
 # --- this process's run ------------------------------------------------------------------------

@@ -1,21 +1,14 @@
 """Cross-judging: the judge prompts, the defences against answers that address the judge,
 the parse cascades and the expected-score mode.
 
-Two formats. ``pointwise`` (the paper, the authors): the judge scores each answer of a duel
-alone, 1-10. ``pairwise``: the judge sees both answers and says which is better; it is asked
-in both orders (position bias cancels), and P(a better) becomes the pair of scores
-1 + 9 P and 10 - 9 P, so a duel's score gap is 9 (2 P - 1): the units of the pointwise gap.
-
-Two modes. ``generate`` samples the judge's text and parses it (JSON first, then a cascade
-of patterns; the authors' way). ``expected`` forces the start of the answer and reads the
-exact probability of every candidate continuation, so a small judge always gives a usable,
-graded verdict without sampling. What it forces: with secret labels (``judge.secret_labels``) the start
-``{"label": "`` (pointwise; the candidates are the judgment's labels); without
-them the rubric's own prefix (``{"score": `` for Sparta's judge, ``Score: `` for the additive
-one) or ``{"better": "`` (pairwise).
-
-Defences, each a switch recorded on every judgment (:mod:`~sparta.judging.defence`; the
-reasons and the measurements in docs/guides/judging.md).
+Two formats: ``pointwise`` (the paper, the authors) scores each answer of a duel alone, 1-10;
+``pairwise`` asks which answer is better in both orders (position bias cancels), and P(a better)
+becomes the scores 1 + 9 P and 10 - 9 P, in the units of the pointwise gap. Two modes:
+``generate`` samples the judge's text and parses it (JSON first, then a cascade of patterns);
+``expected`` forces the start of the answer (:data:`LABEL_PREFIX` with secret labels, else the
+rubric's prefix or :data:`PAIRWISE_PREFIX`) and reads the exact probability of every candidate
+continuation. The defences are switches recorded on every judgment (:mod:`~sparta.judging.defence`);
+docs/guides/judging.md describes each format, mode and defence, with the measurements.
 
 Pure: a judge is a served member (:class:`sparta.backends.Served`); only its tokenizer and
 its two primitives are used here.

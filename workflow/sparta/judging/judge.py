@@ -255,8 +255,7 @@ def _pairwise(p_a: float | None, raw: str, truncated: bool) -> tuple[Judgment, J
 
 
 def _with_labels(j: Judgment, labels) -> Judgment:
-    raw = {**json.loads(j.raw), "labels": list(labels)}
-    return replace(j, raw=json.dumps(raw))
+    return replace(j, raw=json.dumps({**json.loads(j.raw), "labels": list(labels)}))
 
 
 def expected_scores(judge, user_texts: list[str], scores, system: str | None, batch_size: int):

@@ -1,54 +1,21 @@
 """Meta-rewarding (Wu et al. 2024, "Meta-Rewarding Language Models: Self-Improving Alignment
 with LLM-as-a-Meta-Judge", arXiv 2407.19594; no official training code was released: this
-follows the paper's section 2).
+follows the paper's section 2; docs/methods/meta-rewarding.md gives each step).
 
-Actor pairs as self-rewarding (``self_rewarding``: the member judges its own answers with the
-additive 5-point prompt, ``baselines.judge_samples`` times each in generate mode, and pairs
-the best and the worst), with the paper's length control on by default (section 2.2): with
-scores in [S_min, S_max], chosen = the shortest answer of the top tier [S_max - rho (S_max -
-S_min), S_max], rejected = the longest of the bottom tier [S_min, S_min + rho (S_max -
-S_min)]; rho = ``baselines.length_control``, a number or a schedule by iteration (null:
-:data:`LENGTH_CONTROL`, NeMo-Aligner's recipe 0, 0, 0.1 over three iterations, its last value
-for every iteration after them; 0: the paper's "no length control", only ties broken by
-length).
-
-Judge pairs (section 2.3), for each prompt of each member:
-
-1. the answer whose judgments vary most is re-judged (not the best-scored one): in generate
-   mode the variance of its sampled judge scores, in expected mode the variance of the judge's
-   score distribution (its probabilities over 0-5 points); none when no answer's judgments
-   vary;
-2. its N = ``baselines.meta_judgments`` (>= 3) judgments carry reasons (generate mode): the
-   actor's own sampled judgments when ``judge_samples >= N`` (generate mode), else N new ones
-   sampled in generate mode;
-3. the judgments are stripped of their scores (:func:`~sparta.judging.strip_score`) and the
-   member as meta-judge compares every two of them in both orders (N (N - 1) requests, one
-   per order): the probability that the judgment shown first is better; it is not asked when
-   fewer than two of the judgments give different scores (:func:`can_pair`), since no judge
-   pair can then form whatever it says (the row records why);
-4. an Elo fit over those comparisons (:func:`elo_ratings`, Bradley-Terry maximum likelihood on
-   the Elo scale) ranks the judgments: chosen = the highest rated, rejected = the lowest, with
-   the judge instruction as the prompt (``kind: judge``); a pair whose two judgments give the
-   answer the same score is dropped.
-
-Judge pairs are capped as NVIDIA NeMo-Aligner's implementation of self- and meta-rewarding
-caps them (read in nemo_aligner/experimental/self_rewarding/self_rewarding.py, branch
-degert/self-rewarding-trt, commit de145a5a of 2025-05-01, its conf/gpt_self_rewarding.yaml and
-docs/user-guide-experimental/self_rewarding.rst): a cap on the share of each chosen score,
-then a share of the member's pairs or NeMo's per-score limit, each rule stated in
-:func:`capped_judge_pairs`. NeMo swaps judge pairs into a training batch of fixed size; here
-they are added beside the actor pairs (no usable actor pair is given up), so under ``share``
-the cap is on the share of the pairs kept. Greedy judging, or one judgment per answer in
-generate mode, forms no judge pair (:func:`no_judge_pairs`).
-
-Actor and judge pairs train together with DPO.
+Actor pairs as self-rewarding, with the paper's length control (section 2.2) on by default:
+rho = ``baselines.length_control`` by iteration (null: :data:`LENGTH_CONTROL`). Judge pairs
+(section 2.3), for each prompt of each member: the answer whose judgments vary most
+(:func:`most_varied`) has N = ``baselines.meta_judgments`` judgments with reasons; the member
+as meta-judge compares every two of them, stripped of their scores, in both orders (when
+:func:`can_pair`); an Elo fit (:func:`elo_ratings`) ranks them, and the highest rated against
+the lowest is a judge pair (``kind: judge``, the judge instruction as its prompt). Judge pairs
+are capped as NVIDIA NeMo-Aligner's implementation caps them (:func:`capped_judge_pairs`; read
+in nemo_aligner/experimental/self_rewarding/self_rewarding.py, branch degert/self-rewarding-trt,
+commit de145a5a of 2025-05-01) and added beside the actor pairs; both train together with DPO.
 
 In expected mode (the embedded default's ``judge.mode``) the paper's loop is open: judge
-pairs train reasoned "... Score: N" judgments (sampled in generate mode), but the member's
-own scoring of its answers in the next iteration reads one forced verdict (a secret label,
-or "Score: ") with no reasoning, so what the judge pairs teach never feeds the actor's
-reward. Generate mode (``judge.mode: generate``) closes it, at several sampled judgments per
-answer.
+pairs train reasoned "... Score: N" judgments, but the member's own scoring in the next
+iteration reads one forced verdict with no reasoning; generate mode closes it.
 
 Deliberate differences: every member aligns alone (the paper aligns one model); the
 meta-judge's verdict is the exact probability of "A" vs "B" after a forced prefix in each
@@ -121,15 +88,9 @@ class MetaRewarding(SelfRewarding):
         levels = len(RUBRICS[baselines.judge_prompt].points)
         per_score = baselines.judge_pair_cap == "per_score"
         prompts = duels["member_a"].value_counts().to_dict() if per_score else None  # NeMo's samples
-        judge = capped_judge_pairs(
-            actor,
-            judge_pair_candidates(duels, judgments),
-            baselines.judge_pair_share,
-            baselines.judge_score_share,
-            levels,
-            prompts,
-        )
-        return actor + judge
+        candidates = judge_pair_candidates(duels, judgments)
+        shares = (baselines.judge_pair_share, baselines.judge_score_share)
+        return actor + capped_judge_pairs(actor, candidates, *shares, levels, prompts)
 
     def aggregate(self, state, round_: Round, reputation, baselines):
         """As every baseline's, with the judge pairs formed and kept under the caps counted."""

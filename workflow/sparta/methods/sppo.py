@@ -6,9 +6,8 @@ runs); an annotator compares every two answers of a prompt (pairwise, expected m
 orders), giving P(i beats j). An answer's win probability is its mean P(beats j) over all K
 answers, itself included at 1/2: (sum over j != i of P_ij + 1/2) / K, as the official code
 estimates it. Chosen = the highest, rejected = the lowest win probability; SPPO's squared
-loss (eq. 4.7) trains on them, (log pi/pi_ref(y_w) - eta (P_w - 1/2))^2 + (log pi/pi_ref(y_l)
-- eta (P_l - 1/2))^2 with eta = ``baselines.sppo_eta`` (official runs: beta = 1e-3 = 1/eta),
-not DPO's beta (``sparta.train.sppo_loss``); ``baselines.sppo_loss: sppo_hard`` is TRL's.
+loss (eq. 4.7, :func:`sparta.train.sppo_loss`) trains on them with eta = ``baselines.sppo_eta``
+(official runs: beta = 1e-3 = 1/eta), not DPO's beta; ``baselines.sppo_loss: sppo_hard`` is TRL's.
 
 Deliberate differences: the annotator is a language model judge (``baselines.annotator``, any
 model folder; default the members' base model without adapter), not PairRM; every member
@@ -65,21 +64,11 @@ class SPPO(Method):
                 mine = [(i, j) for i, j in lost if k in (i, j)]
                 if lost:
                     raw["failed"] = {f"{i}>{j}": e for (i, j), e in lost.items()}
-                run.add(
-                    "annotator",
-                    duel,
-                    member,
-                    k,
-                    Judgment(
-                        1 + 9 * w,
-                        json.dumps(raw),
-                        failed_comparisons(len(mine), len(samples) - 1, [lost[c] for c in mine]),
-                        any(k in c for c in shortened),
-                        False,
-                        tok[q],
-                        req[q],  # K (K - 1) requests over K answers
-                    ),
-                )
+                error = failed_comparisons(len(mine), len(samples) - 1, [lost[c] for c in mine])
+                truncated = any(k in c for c in shortened)
+                # req[q]: K (K - 1) requests over K answers
+                judgment = Judgment(1 + 9 * w, json.dumps(raw), error, truncated, False, tok[q], req[q])
+                run.add("annotator", duel, member, k, judgment)
 
     def pair_rows(self, duels, responses, judgments, baselines) -> list[dict]:
         """The answers with the highest and the lowest win probability (scores 1 + 9 P)."""
@@ -101,10 +90,7 @@ def _comparisons(run) -> list[list[tuple]]:
         for d in run.duels[run.duels["member_a"] == spec.name].itertuples(index=False):
             for i, j in itertools.combinations(run.samples_of(d.duel_id, spec.name), 2):
                 items = [JudgeItem(d.prompt, run.text[(d.duel_id, spec.name, x)]) for x in (i, j)]
-                asked += [
-                    (annotator, d.duel_id, spec.name, (i, j), items[0]),
-                    (annotator, d.duel_id, spec.name, (i, j), items[1]),
-                ]
+                asked += [(annotator, d.duel_id, spec.name, (i, j), item) for item in items]
         out.append(asked)
     return out
 

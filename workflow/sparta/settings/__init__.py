@@ -312,8 +312,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         _, inner = typing.get_args(hint)
         return {k: _convert(inner, v, f"{where}.{k}") for k, v in (value or {}).items()}
     if origin is Literal:  # a choice of whole numbers (reputation.ddof) is an int
-        kinds = {type(a) for a in typing.get_args(hint)}
-        hint = int if kinds == {int} else hint
+        hint = int if {type(a) for a in typing.get_args(hint)} == {int} else hint
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float) and isinstance(value, float) and not math.isfinite(value):
