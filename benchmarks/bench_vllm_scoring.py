@@ -9,8 +9,9 @@ Runs where vLLM is installed (``make vllm-env``: the CPU build on any machine), 
 ``__main__`` guard vLLM's spawned engine needs. The members: member.json files of a finished
 run (``.test/config.yaml``'s pool at test size, say). Counts come from vLLM's per-request
 ``num_cached_tokens``; ``once`` is each scored prompt's length counted once (what one prefill
-per prompt computes), so ``computed / once`` is the prefill per judged text in prompts. The
-prefix cache is emptied before each path.
+per prompt computes), so ``computed / once`` is the prefill per judged text in prompts; ``cost
+model``: what :func:`sparta.workload.vllm_scoring` counts for those prompts at the engine's KV
+block. The prefix cache is emptied before each path.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> None:
     from sparta.judging import ADDITIVE_RUBRIC, SPARTA_RUBRIC, JudgeItem, judge_duels, meta_judge
     from sparta.members import MemberSpec
     from sparta.settings import BackendSettings, JudgeSettings, Runtime, VLLMSettings
+    from sparta.workload import SCORED_PREFIXES, vllm_scoring
 
     specs = [MemberSpec.read(p) for p in sorted(glob.glob(args.members))]
     runtime = Runtime(seed=0, device="cpu", dtype="float32", system_prompt="You are a helpful AI assistant.")
@@ -56,6 +58,8 @@ def main() -> None:
     items = [JudgeItem(p, ANSWERS[(i + k) % 4]) for i, p in enumerate(prompts) for k in (0, 1)]
     judges = [specs[i % len(specs)] for i in range(len(items) // 2) for _ in (0, 1)]
     base = JudgeSettings(mode="expected")
+    template = {"pointwise (Sparta)": "sparta", "pairwise (Sparta, SPPO's annotator)": "pairwise"}
+    template |= {"additive rubric (self-rewarding)": "additive", "meta-judge (meta-rewarding)": "meta"}
     cases = {
         "pointwise (Sparta)": (dataclasses.replace(base, format="pointwise"), SPARTA_RUBRIC),
         "pairwise (Sparta, SPPO's annotator)": (dataclasses.replace(base, format="pairwise"), SPARTA_RUBRIC),
@@ -63,6 +67,15 @@ def main() -> None:
         "meta-judge (meta-rewarding)": None,
     }
     engine = backend._engine(specs)
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    scored = engine.continuation_logprobs
+    lengths: list[int] = []  # each distinct scored prompt's length, as the cost model reads it
+
+    def counted(members, prompts, conts):
+        lengths.extend(len(ids) for _, ids in {(m.adapter, tuple(p)) for m, p in zip(members, prompts)})
+        return scored(members, prompts, conts)
+
+    engine.continuation_logprobs = counted
     rows = []
     for name, case in cases.items():
         scores = {}
@@ -70,6 +83,7 @@ def main() -> None:
             vllm_backend.TREE_SCORING = tree
             engine.llm.reset_prefix_cache()  # each path from an empty cache
             before = dict(engine.scoring_tokens)
+            lengths.clear()
             if case is None:
                 users = [f"Rate this answer to {p!r}." for p in prompts]
                 pairs = [("Score: 3. It is right.", "Score: 1. It is wrong.")] * len(prompts)
@@ -88,12 +102,17 @@ def main() -> None:
                     "prompt tokens sent": done["prompt"],
                     "computed": done["computed"],
                     "computed / once": round(done["computed"] / max(1, done["once"]), 3),
+                    "cost model": sum(
+                        vllm_scoring(n, SCORED_PREFIXES[template[name]], block) for n in lengths
+                    )
+                    if tree
+                    else "",
                 }
             )
         diff = float(np.nanmax(np.abs(scores[True] - scores[False])))
         rows[-2]["max |score diff|"] = f"{diff:.1e}"
     table = pd.DataFrame(rows)
-    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}")
+    print(f"torch cpu capability: {torch.backends.cpu.get_cpu_capability()}; vLLM's KV block {block}")
     print(table.to_string(index=False))
     if args.json:
         table.to_json(args.json, orient="records", indent=1)
