@@ -156,6 +156,7 @@ def _judgments(backend, specs, items, cfg, system, rubric):
 
 
 def test_every_expected_score_format_matches_the_hf_backend(backends):
+    from sparta import workload
     from sparta.judging import ADDITIVE_RUBRIC, SPARTA_RUBRIC, JudgeItem, meta_judge
     from sparta.settings import JudgeSettings
 
@@ -170,9 +171,18 @@ def test_every_expected_score_format_matches_the_hf_backend(backends):
     }
     engine = vllm._engine(specs)
     block = engine.llm.llm_engine.vllm_config.cache_config.block_size  # the prefix cache's unit
+    scored, lengths = engine.continuation_logprobs, []  # each distinct scored prompt's length
+
+    def counted(members, prompts, conts):
+        lengths.extend(len(ids) for _, ids in {(m.adapter, tuple(p)) for m, p in zip(members, prompts)})
+        return scored(members, prompts, conts)
+
+    engine.continuation_logprobs = counted
+    template = dict(zip(cases, ("sparta", "pairwise", "additive")))
     for name, (cfg, rubric) in cases.items():
         a = _judgments(hf, specs, items, cfg, system, rubric)
-        before = dict(engine.scoring_tokens)
+        engine.llm.reset_prefix_cache()
+        before, lengths[:] = dict(engine.scoring_tokens), []
         b = _judgments(vllm, specs, items, cfg, system, rubric)
         done = {k: engine.scoring_tokens[k] - before[k] for k in before}
         diff = np.abs(np.array([x.score for x in a]) - np.array([y.score for y in b]))
@@ -187,6 +197,13 @@ def test_every_expected_score_format_matches_the_hf_backend(backends):
         # the prompt's last, partial cache block and its few candidate tokens
         beyond = done["requests"] - done["prompts"]
         assert done["computed"] <= done["once"] + beyond * (block + 4), (name, done, block)
+        # the cost model counts what the engine computes: the same for every candidate prefix
+        # (within 1%: a prefix two tokens past the prompt may cross a block), an upper bound
+        # where judgments share a cached prompt start (the additive rubric's long instructions)
+        prefixes = workload.SCORED_PREFIXES[template[name]]
+        model = sum(workload.vllm_scoring(n, prefixes, block) for n in lengths)
+        assert done["computed"] <= model * 1.01, (name, done, model)
+        assert rubric is ADDITIVE_RUBRIC or done["computed"] >= model * 0.99, (name, done, model)
     users = [f"Rate this answer to {p!r}." for p in prompts]
     pairs = [("Score: 3. It is right.", "Score: 1. It is wrong.")] * len(prompts)
     a = meta_judge(hf.serve(specs[0]), users, pairs, base, system)
