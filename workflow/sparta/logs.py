@@ -44,6 +44,8 @@ def fair_threads(threads: int, log: logging.Logger) -> int:
     thread waits for nobody (docs/results.md, "A round under load")."""
     if threads < 2 or os.environ.get("SPARTA_FAIR_THREADS", "1") == "0":
         return threads
+    if not hasattr(os, "sched_getaffinity"):  # not Linux (macOS): no per-core /proc to read
+        return threads
     busy = busy_elsewhere()
     fair = max(1, min(threads, len(os.sched_getaffinity(0)) - math.floor(busy + 0.25)))
     if fair < threads:
