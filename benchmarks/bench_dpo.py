@@ -73,7 +73,7 @@ def made_pairs(count: int) -> pd.DataFrame:
 
 def positions(prefs: pd.DataFrame, tok) -> dict:
     """Per pair: positions of TRL's two rows (padded to the longer), of the tree, scored."""
-    rows = tree = scored = 0
+    rows = tree = scored = sequences = 0
     for p, c, r in zip(prefs["prompt"], prefs["chosen"], prefs["rejected"]):
         prompt = chat_ids(tok, p, SYSTEM)
         full = [
@@ -91,9 +91,10 @@ def positions(prefs: pd.DataFrame, tok) -> dict:
         shared = next((k for k, (x, y) in enumerate(zip(*full)) if x != y), min(map(len, full)))
         rows += 2 * max(map(len, full))
         tree += len(full[0]) + len(full[1]) - shared
+        sequences += sum(min(DPOSettings().max_length, len(f)) for f in full)
         scored += sum(len(f) - len(prompt) for f in full)
     n = len(prefs)
-    return {"rows": rows / n, "tree": tree / n, "scored": scored / n}
+    return {"rows": rows / n, "tree": tree / n, "scored": scored / n, "sequences": sequences / n}
 
 
 def train(
@@ -228,6 +229,14 @@ def breakdown(base: str, prefs: pd.DataFrame, members: int, device: str) -> None
     print(
         f"model forward + backward: {100 * model / in_steps:.1f}% of the steps' time, "
         f"{100 * model / took:.1f}% of the job"
+    )
+    # the cost model's train rate: chosen + rejected sequences of every member's pairs per
+    # second of the training loops and reference log-probabilities (the job's start-up and
+    # saving left out; with several members the timers of the parts overlap, the loops do not)
+    tokens = members * len(prefs) * positions(prefs, load_tokenizer(base))["sequences"]
+    busy = took - parts["job setup and saving"]
+    print(
+        f"train rate: {tokens:.0f} tokens (chosen + rejected) in {busy:.2f} s = {tokens / busy:.0f} tokens/s"
     )
 
 

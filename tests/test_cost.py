@@ -159,8 +159,9 @@ def test_every_method_has_its_stages():
 def test_every_rate_is_measured_with_its_date_or_an_assumption():
     for r in cost.RATES:
         assert r.status in ("measured", "assumption"), r
-        if r.status == "measured":
-            assert re.search(r"\d{4}-\d{2}-\d{2}", r.source) and "H200" in r.source, r
+        if r.status == "measured":  # its date, commit and machine (the GPU, or the CPU's features)
+            assert re.search(r"\d{4}-\d{2}-\d{2}, commit [0-9a-f]{7}", r.source), r
+            assert r.device in r.source or ("cores of an" in r.source and "AVX" in r.source), r
         assert r.size in cost.SIZES and r.tokens_per_s > 0
 
 
@@ -182,6 +183,15 @@ def test_the_paper_config_prints_every_stage(capsys):
     # 2,000 answers of 512 tokens; 8 judges x 2 answers x 1,000 duels of 256 tokens each
     assert re.search(r"combat generation +1-8 each +1,024,000 ", out)
     assert re.search(r"cross-judging +1-8 each +4,096,000 ", out)
+
+
+def test_the_embedded_default_on_a_cpu_at_rates_measured_there(capsys):
+    assert cost.main(["--base", str(BASE), str(BASE), "--device", "CPU"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^all 1 run: .* CPU-hours$", out, re.M) and "CPU-h" in out
+    used = re.findall(r"^  (decode|read|train) +135M (hf|trl) +CPU .* measured: (.*)$", out, re.M)
+    assert sorted(k for k, _, _ in used) == ["decode", "read", "train"]
+    assert all("cores of an" in source for _, _, source in used)
 
 
 def test_a_study_prints_the_baselines_stages_and_json(capsys):

@@ -254,12 +254,16 @@ def _cells(r: RunCost, tok: Tokens) -> tuple[str, str, str, str]:
     return _number(tok.generated), _number(tok.read), _number(tok.trained), _hours(r.hours(tok))
 
 
+def unit(rates: dict[str, Rate]) -> str:
+    return "CPU" if all(r.device == "CPU" for r in rates.values()) else "GPU"
+
+
 ROW = "  {:<20} {:<11} {:>15} {:>15} {:>15} {:>9}"
 
 
 def run_lines(r: RunCost) -> list[str]:
     """A run's table: per stage its iterations' tokens and GPU-hours, and its totals."""
-    lines = [ROW.format("stage", "iteration", "generated", "read", "trained", "GPU-h")]
+    lines = [ROW.format("stage", "iteration", "generated", "read", "trained", f"{unit(r.rates)}-h")]
     for name, per in r.stages.items():
         for k, (label, tok) in enumerate(_groups(per)):
             lines.append(ROW.format(name if k == 0 else "", label, *_cells(r, tok)))
@@ -307,9 +311,10 @@ def text(runs: Sequence[RunCost], a: Assumptions) -> str:
     hours = sum(r.hours(r.total()) for r in runs)
     lines.append(
         f"all {len(runs)} run{'s' * (len(runs) > 1)}: {_number(tok.generated)} generated, "
-        f"{_number(tok.read)} read, {_number(tok.trained)} trained tokens; {_hours(hours)} GPU-hours"
+        f"{_number(tok.read)} read, {_number(tok.trained)} trained tokens; {_hours(hours)} "
+        f"{unit(runs[0].rates)}-hours"
     )
-    lines += ["", "throughput used (tokens/s on one GPU):"]
+    lines += ["", "throughput used (tokens/s on one GPU, or on the CPU its row names):"]
     used = {v for r in runs for v in r.rates.values()}
     for x in (x for x in RATES if x in used):
         figure = f"{x.kind:<6} {x.size:>4} {x.backend:<4} {x.device} {x.tokens_per_s:>9,.0f}"

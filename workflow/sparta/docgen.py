@@ -490,7 +490,7 @@ RATES_END = "<!-- /rates -->"
 def rates_table() -> str:
     """The cost model's throughput table (``workflow/sparta/rates.csv``), every row with its
     status and source."""
-    head = ("work", "model", "backend", "GPU", "tokens/s", "", "source")
+    head = ("work", "model", "backend", "device", "tokens/s", "", "source")
     rows = [
         (r.kind, r.size, r.backend, r.device, f"{r.tokens_per_s:,.0f}", r.status, r.source)
         for r in cost.RATES
