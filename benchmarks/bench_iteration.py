@@ -5,7 +5,8 @@ DPO steps/s, and the ratio pool / member.
     python benchmarks/bench_iteration.py [--cores 2] [--cache results/_bench] [--round-only]
 
 ``--round-only``: combat, judging and aggregation, no DPO (the round a user waits for between
-two trainings; with `yes > /dev/null` beside it, the round under load).
+two trainings; with `yes > /dev/null` beside it, the round under load); with ``--one-call`` the
+round is one ``snakemake`` call, as a run pays for it (its start once), without the stages' split.
 
 The four adapters come from the default's own SFT, run once into the cache folder (a few
 minutes the first time). Each fan-out then runs in a fresh working folder: the tables and
@@ -67,7 +68,9 @@ def adapters(cache: Path, cores: int) -> dict[str, str]:
     return {m: str(exp / m / "adapter") for m in MEMBERS}
 
 
-def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int, dpo: bool = True) -> dict:
+def run_fanout(
+    fanout: str, cache: Path, given: dict[str, str], cores: int, dpo: bool = True, one_call: bool = False
+) -> dict:
     work = cache / f"iteration_{fanout}"
     shutil.rmtree(work, ignore_errors=True)
     cfg = default_config()
@@ -84,7 +87,8 @@ def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int, dpo:
     config = cache / f"{fanout}.yaml"
     config.write_text(yaml.safe_dump(cfg))
     rnd = "results/bench/iter_1/round_0"
-    snakemake(work, config, cores, f"{rnd}/duels.parquet")  # prompts, members, state: not timed
+    members = [f"results/bench/iter_0/members/{m}/member.json" for m in MEMBERS]
+    snakemake(work, config, cores, f"{rnd}/duels.parquet", *members)  # prompts, members, state: not timed
     stages = {
         "combat": [f"{rnd}/responses/{m}.parquet" for m in MEMBERS],
         "judge": [f"{rnd}/judgments/{m}.parquet" for m in MEMBERS],
@@ -94,8 +98,13 @@ def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int, dpo:
     if not dpo:
         stages.pop("dpo")
     figures: dict[str, float] = {}
-    for stage, targets in stages.items():
-        figures[f"{stage}_wall_s"], figures[f"{stage}_cpu_s"] = snakemake(work, config, cores, *targets)
+    if one_call:  # the round as a run pays for it: one snakemake call, its start once
+        targets = [t for k in ("combat", "judge", "aggregate") for t in stages[k]]
+        figures["round_wall_s"], figures["round_cpu_s"] = snakemake(work, config, cores, *targets)
+    else:
+        for stage, targets in stages.items():
+            figures[f"{stage}_wall_s"], figures[f"{stage}_cpu_s"] = snakemake(work, config, cores, *targets)
+        figures["round_wall_s"] = sum(figures[f"{s}_wall_s"] for s in ("combat", "judge", "aggregate"))
     out = work / "results" / "bench"
     responses = pd.concat([pd.read_parquet(out / f"iter_1/round_0/responses/{m}.parquet") for m in MEMBERS])
     judgments = pd.concat([pd.read_parquet(out / f"iter_1/round_0/judgments/{m}.parquet") for m in MEMBERS])
@@ -103,11 +112,11 @@ def run_fanout(fanout: str, cache: Path, given: dict[str, str], cores: int, dpo:
     figures["tokens"] = int(responses["n_tokens"].sum())
     figures["judgments"] = len(judgments)
     figures["dpo_steps"] = pairs * len(MEMBERS)  # 1 epoch, batch 1
-    figures["combat_tokens_per_s"] = figures["tokens"] / figures["combat_wall_s"]
-    figures["judgments_per_s"] = figures["judgments"] / figures["judge_wall_s"]
+    if not one_call:
+        figures["combat_tokens_per_s"] = figures["tokens"] / figures["combat_wall_s"]
+        figures["judgments_per_s"] = figures["judgments"] / figures["judge_wall_s"]
     if dpo:
         figures["dpo_steps_per_s"] = figures["dpo_steps"] / figures["dpo_wall_s"]
-    figures["round_wall_s"] = sum(figures[f"{s}_wall_s"] for s in ("combat", "judge", "aggregate"))
     return figures
 
 
@@ -118,12 +127,16 @@ def main() -> None:
     ap.add_argument("--fanouts", default="member,pool")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--round-only", action="store_true", help="combat, judging, aggregation: no DPO")
+    ap.add_argument(
+        "--one-call", action="store_true", help="with --round-only: the round as one snakemake call"
+    )
     args = ap.parse_args()
     cache = Path(args.cache).resolve()
     cache.mkdir(parents=True, exist_ok=True)
     given = adapters(cache, args.cores)
     dpo = not args.round_only
-    results = {f: run_fanout(f, cache, given, args.cores, dpo) for f in args.fanouts.split(",")}
+    one = args.one_call and args.round_only
+    results = {f: run_fanout(f, cache, given, args.cores, dpo, one) for f in args.fanouts.split(",")}
     rows = [
         ("combat wall / CPU s", "combat_wall_s", "combat_cpu_s"),
         ("judging wall / CPU s", "judge_wall_s", "judge_cpu_s"),
@@ -143,7 +156,7 @@ def main() -> None:
     print(f"{'':40}" + "".join(f"{n:>18}" for n in names) + ("   pool/member" if len(names) == 2 else ""))
     for label, wall, cpu in rows:
         if wall not in results[names[0]]:
-            continue  # --round-only: no DPO
+            continue  # --round-only: no DPO; --one-call: no stages
         cells = []
         for n in names:
             r = results[n]
@@ -152,7 +165,8 @@ def main() -> None:
         if len(names) == 2:
             ratio = f"   {results['pool'][wall] / results['member'][wall]:.2f}"
         print(f"{label:40}" + "".join(f"{c:>18}" for c in cells) + ratio)
-    for stage in ("combat", "judge", "aggregate", *([] if args.round_only else ["dpo"])):  # CPU-s / wall-s
+    stages = ["round"] if one else ["combat", "judge", "aggregate", *([] if args.round_only else ["dpo"])]
+    for stage in stages:  # CPU-s / wall-s
         used = "".join(
             f"{results[n][f'{stage}_cpu_s'] / results[n][f'{stage}_wall_s']:>18.2f}" for n in names
         )
