@@ -29,12 +29,6 @@ SYSTEM = "You are a helpful AI assistant."
 PROBES = ("}", "},", "}\n", ",", ',"', ".", " ", "\n", "0", "5")
 
 
-def expected(logps: list[float]) -> float:
-    top = max(logps)
-    w = [math.exp(lp - top) for lp in logps]
-    return sum((k + 1) * x for k, x in enumerate(w)) / sum(w)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", required=True, help="glob of member.json files (one base)")
@@ -48,7 +42,7 @@ def main() -> None:
     from sparta.backends import open_backend
     from sparta.chat import chat_ids
     from sparta.judging import SPARTA_RUBRIC, JudgeItem
-    from sparta.judging.judge import _candidate_logprobs, _duel_requests
+    from sparta.judging.judge import _candidate_logprobs, _duel_requests, _expectation
     from sparta.judging.prompts import ASSISTANT_PREFIX, Rubric
     from sparta.members import MemberSpec
     from sparta.models import cpu_features
@@ -70,13 +64,15 @@ def main() -> None:
         built, _, labels = _duel_requests(
             judge, items, cfg, SYSTEM, prefix=ASSISTANT_PREFIX, rubric=SPARTA_RUBRIC, tables=None
         )
-        kw = dict(prefix=ASSISTANT_PREFIX)
-        exact = _candidate_logprobs(judge, built, labels, cfg, SYSTEM, rubric=SPARTA_RUBRIC, **kw)  # "d}"
-        first = _candidate_logprobs(judge, built, labels, cfg, SYSTEM, rubric=first_token, **kw)
+        exact, first = (  # "d}", and "d" alone
+            _candidate_logprobs(judge, built, labels, cfg, SYSTEM, prefix=ASSISTANT_PREFIX, rubric=rubric)
+            for rubric in (SPARTA_RUBRIC, first_token)
+        )
         for e, f in zip(exact, first):
             # the verdict's first token: "d" for 2-9, "1" not followed by "0", "10"
             one = math.log(max(1e-300, math.exp(f[0]) - math.exp(f[9])))
-            diffs.append(expected([one, *f[1:]]) - expected(e))
+            points = SPARTA_RUBRIC.points  # 1-10: the scale itself
+            diffs.append(_expectation([one, *f[1:]], points)[0] - _expectation(e, points)[0])
             closing += [math.exp(e[k] - f[k]) for k in range(1, 9)]  # P("}" | prompt, digit)
         # what follows a digit 2-9, on the first answers: each probe token's probability
         users = [user for user, _, _ in built[:4]]
